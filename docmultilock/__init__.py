@@ -1,0 +1,58 @@
+"""docmultilock: document-level locks on MongoDB, decided atomically by the server.
+
+A lock lives inside the locked document, in a ``lock`` subdocument. Each acquire, release
+and extend is one atomic ``findAndModify`` whose update pipeline applies the tag rules and
+judges expiry by the server's clock::
+
+    from docmultilock import MultiLock
+    locks = MultiLock(db.orders)
+    lock = locks.acquire({"_id": 1}, tag="write")
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from docmultilock._lock import Lock, LockSchema
+from docmultilock._sync import MultiLock, WriteLock
+from docmultilock.errors import (
+    AssertiveLock,
+    CooperativeLock,
+    DbError,
+    DbTimeout,
+    IncompatibleLockField,
+    InvalidArgument,
+    InvalidConfiguration,
+    LockAlreadyTaken,
+    LockConflict,
+    LockError,
+    LockNotFound,
+    LockWasReacquired,
+    ResourceNotFound,
+)
+
+try:
+    __version__ = version("docmultilock")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
+
+__all__ = [
+    "AssertiveLock",
+    "CooperativeLock",
+    "DbError",
+    "DbTimeout",
+    "IncompatibleLockField",
+    "InvalidArgument",
+    "InvalidConfiguration",
+    "Lock",
+    "LockAlreadyTaken",
+    "LockConflict",
+    "LockError",
+    "LockNotFound",
+    "LockSchema",
+    "LockWasReacquired",
+    "MultiLock",
+    "ResourceNotFound",
+    "WriteLock",
+    "__version__",
+]

@@ -1,0 +1,81 @@
+"""Checks of per-call arguments (filters, tags, locks), made before anything is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from docmultilock._lock import Lock
+from docmultilock._rules import TagRules
+from docmultilock.errors import InvalidArgument
+
+__all__ = ["check_filter", "check_lock", "check_tag", "document_target"]
+
+
+def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
+    """Accept a non-empty mapping with string keys; return a plain dict copy."""
+    if not isinstance(filter, Mapping):
+        raise InvalidArgument(f"filter must be a mapping, not {type(filter).__name__}")
+    if not filter:
+        # An empty filter would lock whichever document comes first.
+        raise InvalidArgument("filter must not be empty")
+    if not all(isinstance(key, str) for key in filter):
+        raise InvalidArgument("filter keys must be strings")
+    return dict(filter)
+
+
+def check_tag(tag: object, rules: TagRules) -> str:
+    """Accept a declared tag only: a typo must not silently become a concurrent lock."""
+    if not isinstance(tag, str):
+        raise InvalidArgument(f"tag must be a string, not {type(tag).__name__}")
+    if tag not in rules.lifetime_ms:
+        declared = ", ".join(repr(t) for t in sorted(rules.tags))
+        raise InvalidArgument(f"undeclared tag {tag!r}; declared tags: {declared}")
+    return tag
+
+
+def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:
+    """Accept a :class:`Lock` of a declared tag (and, with ``granted``, not pending)."""
+    if not isinstance(lock, Lock):
+        raise InvalidArgument(f"lock must be a docmultilock.Lock, not {type(lock).__name__}")
+    if lock.tag not in rules.lifetime_ms:
+        raise InvalidArgument(
+            f"lock {lock.id} has tag {lock.tag!r}, which this lock manager does not declare"
+        )
+    if granted and lock.pending:
+        raise InvalidArgument(
+            f"lock {lock.id} is still pending; continue it with acquire(filter, lock=lock) first"
+        )
+    return lock
+
+
+def _is_plain_value(value: object) -> bool:
+    """True for an equality value, false for an operator document like ``{"$in": [...]}``."""
+    return not (isinstance(value, Mapping) and any(str(k).startswith("$") for k in value))
+
+
+def _same_id(a: object, b: object) -> bool:
+    """Equality as MongoDB matches ``_id``: numbers across types, but a bool is not a number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def document_target(filter: dict[str, Any], document_id: Any) -> dict[str, Any]:  # noqa: A002
+    """The filter for acting on the lock's own document, refusing one that names another.
+
+    An ``_id`` equality in the filter is compared with the lock's document here, so a lock
+    from another document is refused before anything is written. Any other filter is
+    combined with the lock's ``_id``, so the command matches only that document, and only
+    while it still matches the caller's filter.
+    """
+    if "_id" not in filter:
+        return {**filter, "_id": document_id}
+    named = filter["_id"]
+    if _is_plain_value(named):
+        if not _same_id(named, document_id):
+            raise InvalidArgument(
+                f"the lock belongs to document {document_id!r}, but the filter names {named!r}"
+            )
+        return filter
+    return {"$and": [filter, {"_id": document_id}]}

@@ -1,0 +1,492 @@
+"""The whole lock algorithm, without I/O: what to send for each operation, and what came back.
+
+Invariants every builder here keeps:
+
+* **One command per operation.** Acquire, release and extend are each a single
+  ``findAndModify`` whose update pipeline decides and writes atomically on the server, and
+  whose projection returns just enough to tell every outcome apart (a missing document is a
+  ``None`` reply; a refusal is a reply without our entry). No read-then-write.
+* **Server time only.** Expiry is judged against the server's ``$$NOW``, never the client's
+  clock. Expired entries are dropped by every write, so no expired entry can sit next to a
+  live one and let a conflicting holder in.
+* **Only the lock field is touched.** The pipeline ``$set``s ``field`` and nothing else, and
+  leaves it as it is when it holds something this layout did not write.
+
+The stored layout (``docs/concepts.md`` documents it for users)::
+
+    field: {
+      v: 1,                 # layout version; any other value is refused, never overwritten
+      fence: <int>,         # last fence granted on this document; never decreases
+      expires: <date>,      # latest expiry among holders (time of the last write if none)
+      holders: [{id, tag, pending, fence, acquired, expires}, ...]
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, is_non_empty, literal
+from docmultilock._lock import Lock
+from docmultilock._rules import TagRules
+from docmultilock.errors import (
+    AssertiveLock,
+    CooperativeLock,
+    DbError,
+    IncompatibleLockField,
+    LockAlreadyTaken,
+    LockNotFound,
+    LockWasReacquired,
+    ResourceNotFound,
+)
+
+__all__ = ["LAYOUT_VERSION", "Command", "LockCore"]
+
+LAYOUT_VERSION = 1
+
+Filter = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One ``findAndModify``: the shells run it and hand the reply to the plan's ``read``."""
+
+    filter: dict[str, Any]
+    update: list[dict[str, Any]]
+    projection: dict[str, Any]
+    return_after: bool
+
+
+def _state(holders: Expr, fence: Expr) -> Expr:
+    """The whole lock subdocument, always in the same key order so unchanged state is a no-op."""
+    return {
+        "v": literal(LAYOUT_VERSION),
+        "fence": fence,
+        "expires": {
+            "$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, "$$now"]
+        },
+        "holders": holders,
+    }
+
+
+def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
+    return {
+        "id": "$$id",
+        "tag": literal(tag),
+        "pending": pending,
+        "fence": fence,
+        "acquired": "$$now",
+        "expires": {"$add": ["$$now", "$$ttl"]},
+    }
+
+
+def _renew(changes: Expr) -> Expr:
+    """Map over ``$$live``, merging ``changes`` into our own entry only (keeps order and keys)."""
+    return {
+        "$map": {
+            "input": "$$live",
+            "as": "h",
+            "in": {
+                "$cond": [
+                    {"$eq": ["$$h.id", "$$id"]},
+                    {"$mergeObjects": ["$$h", changes]},
+                    "$$h",
+                ]
+            },
+        }
+    }
+
+
+def _with_live_state(field: str, decide: Expr) -> Expr:
+    """Bind ``$$live`` (unexpired holders) and ``$$fence0``, or keep a foreign field as it is.
+
+    The field is ours when it is missing, null, or an object with our layout version; any
+    other value is returned unchanged, so the update writes nothing.
+    """
+    ours = {
+        "$or": [
+            {"$eq": ["$$st", None]},
+            {
+                "$and": [
+                    {"$eq": [{"$type": "$$st"}, "object"]},
+                    {"$eq": ["$$st.v", LAYOUT_VERSION]},
+                    {"$in": [{"$type": "$$st.holders"}, ["missing", "array"]]},
+                ]
+            },
+        ]
+    }
+    live = {
+        "$filter": {
+            "input": {"$ifNull": ["$$st.holders", []]},
+            "as": "h",
+            "cond": {"$gt": ["$$h.expires", "$$now"]},
+        }
+    }
+    return {
+        "$let": {
+            "vars": {"st": field_or_null(field)},
+            "in": {
+                "$cond": [
+                    ours,
+                    {
+                        "$let": {
+                            "vars": {"live": live, "fence0": {"$ifNull": ["$$st.fence", 0]}},
+                            "in": decide,
+                        }
+                    },
+                    "$$st",
+                ]
+            },
+        }
+    }
+
+
+def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
+    """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors."""
+    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
+    mine = {"$filter": {"input": "$$live", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
+    granted = {"$add": ["$$fence0", 1]}
+    decide = {
+        "$let": {
+            "vars": {"others": others, "mine": mine},
+            "in": {
+                "$let": {
+                    "vars": {
+                        "otags": each("$$others", "tag"),
+                        "has_mine": is_non_empty("$$mine"),
+                        "held": {"$in": [False, each("$$mine", "pending")]},
+                    },
+                    "in": {
+                        "$switch": {
+                            "branches": [
+                                # Already held (a continued lock that was granted): unchanged.
+                                {"case": "$$held", "then": _state("$$live", "$$fence0")},
+                                # A cooperative tag is live: refuse, dropping our pending entry.
+                                {
+                                    "case": _meets("$$otags", rules.cooperative[tag]),
+                                    "then": _state("$$others", "$$fence0"),
+                                },
+                                # Continuing a lock that is gone: record nothing.
+                                {
+                                    "case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]},
+                                    "then": _state("$$live", "$$fence0"),
+                                },
+                                # An assertive tag is live: register or renew as pending.
+                                {
+                                    "case": _meets("$$otags", rules.assertive[tag]),
+                                    "then": _state(
+                                        {
+                                            "$cond": [
+                                                "$$has_mine",
+                                                _renew({"expires": {"$add": ["$$now", "$$ttl"]}}),
+                                                {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
+                                            ]
+                                        },
+                                        "$$fence0",
+                                    ),
+                                },
+                            ],
+                            # Nothing in the way: grant, with the next fence.
+                            "default": _state(
+                                {
+                                    "$cond": [
+                                        "$$has_mine",
+                                        _renew(
+                                            {
+                                                "pending": False,
+                                                "fence": granted,
+                                                "acquired": "$$now",
+                                                "expires": {"$add": ["$$now", "$$ttl"]},
+                                            }
+                                        ),
+                                        {"$concatArrays": ["$$live", [_entry(tag, False, granted)]]},
+                                    ]
+                                },
+                                granted,
+                            ),
+                        }
+                    },
+                }
+            },
+        }
+    }
+    return _with_live_state(field, decide)
+
+
+def _meets(tags: Expr, wanted: frozenset[str]) -> Expr:
+    if not wanted:
+        return False
+    return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
+
+
+def _release_body(field: str) -> Expr:
+    # Drops our entry whether live or expired: an expired lock nobody displaced is still
+    # ours to remove quietly (a displacing write would already have pruned it).
+    keep = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
+    return _with_live_state(field, _state(keep, "$$fence0"))
+
+
+def _extend_body(field: str) -> Expr:
+    # Only a live, granted entry is renewed; an expired one was just pruned with the rest.
+    renewed = {
+        "$map": {
+            "input": "$$live",
+            "as": "h",
+            "in": {
+                "$cond": [
+                    {"$and": [{"$eq": ["$$h.id", "$$id"]}, {"$eq": ["$$h.pending", False]}]},
+                    {"$mergeObjects": ["$$h", {"expires": {"$add": ["$$now", "$$ttl"]}}]},
+                    "$$h",
+                ]
+            },
+        }
+    }
+    return _with_live_state(field, _state(renewed, "$$fence0"))
+
+
+def _pipeline(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
+    variables = {"now": SERVER_NOW, **bindings}
+    return [{"$set": {field: {"$let": {"vars": variables, "in": body}}}}]
+
+
+def _to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """What the projection returned, checked against the layout."""
+
+    document_id: Any
+    mine: Mapping[str, Any] | None
+    tags: frozenset[str]
+
+
+class LockCore:
+    """The lock algorithm for one lock field and tag table; builds commands, reads replies.
+
+    Pure: it never talks to the server. ``exclusive`` selects the WriteLock error names
+    (:class:`LockAlreadyTaken`, :class:`LockWasReacquired`) over the MultiLock ones.
+    """
+
+    def __init__(self, field: str, rules: TagRules, *, exclusive: bool) -> None:
+        self.field = field
+        self.rules = rules
+        self._refused: type[CooperativeLock] = LockAlreadyTaken if exclusive else CooperativeLock
+        self._lost: type[LockNotFound] = LockWasReacquired if exclusive else LockNotFound
+        # The pipeline bodies depend only on the field and the table; only the small
+        # ``$let`` bindings (id, lifetime, ...) change per call.
+        self._acquire = {tag: _acquire_body(field, rules, tag) for tag in rules.tags}
+        self._release = _release_body(field)
+        self._extend = _extend_body(field)
+        holders = {"$ifNull": [f"${field}.holders", []]}
+        self._holders = holders
+        self._acquire_tags = {"$setUnion": [each(holders, "tag")]}
+
+    # -- building -------------------------------------------------------------------
+
+    def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
+        projection: dict[str, Any] = {
+            "_id": 1,
+            "t": {"$type": f"${self.field}"},
+            "v": f"${self.field}.v",
+            "mine": {
+                "$filter": {"input": self._holders, "cond": {"$eq": ["$$this.id", literal(lock_id)]}}
+            },
+        }
+        if with_tags:
+            projection["tags"] = self._acquire_tags
+        return projection
+
+    def acquire(
+        self,
+        target: Filter,
+        *,
+        user_filter: Filter,
+        tag: str,
+        lock_id: str,
+        lifetime_ms: int,
+        continuing: Lock | None = None,
+    ) -> AcquirePlan:
+        """Plan an acquisition of ``tag`` under a new ``lock_id``, or go on with ``continuing``."""
+        if continuing is not None:
+            lock_id = continuing.id
+        bindings = {"id": literal(lock_id), "ttl": lifetime_ms, "create": continuing is None}
+        command = Command(
+            filter=dict(target),
+            update=_pipeline(self.field, self._acquire[tag], bindings),
+            projection=self._projection(lock_id, with_tags=True),
+            return_after=True,
+        )
+        return AcquirePlan(self, command, user_filter, tag, lock_id, continuing)
+
+    def release(self, target: Filter, *, user_filter: Filter, lock: Lock) -> ReleasePlan:
+        """Plan the removal of ``lock``'s entry (pruning expired ones on the way)."""
+        command = Command(
+            filter=dict(target),
+            update=_pipeline(self.field, self._release, {"id": literal(lock.id)}),
+            projection=self._projection(lock.id, with_tags=False),
+            return_after=False,  # the entry's presence *before* the write tells the outcome
+        )
+        return ReleasePlan(self, command, user_filter, lock)
+
+    def extend(
+        self, target: Filter, *, user_filter: Filter, lock: Lock, lifetime_ms: int
+    ) -> ExtendPlan:
+        """Plan pushing ``lock``'s expiry to server-now plus ``lifetime_ms``."""
+        command = Command(
+            filter=dict(target),
+            update=_pipeline(
+                self.field, self._extend, {"id": literal(lock.id), "ttl": lifetime_ms}
+            ),
+            projection=self._projection(lock.id, with_tags=False),
+            return_after=True,
+        )
+        return ExtendPlan(self, command, user_filter, lock)
+
+    def guard(self, target: Filter, lock: Lock) -> dict[str, Any]:
+        """A filter matching the document only while ``lock`` is granted and unexpired."""
+        held = {
+            "$anyElementTrue": [
+                {
+                    "$map": {
+                        "input": self._holders,
+                        "in": {
+                            "$and": [
+                                {"$eq": ["$$this.id", literal(lock.id)]},
+                                {"$eq": ["$$this.pending", False]},
+                                {"$gt": ["$$this.expires", SERVER_NOW]},
+                            ]
+                        },
+                    }
+                }
+            ]
+        }
+        if "$expr" in target:
+            return {"$and": [dict(target), {"$expr": held}]}
+        return {**target, "$expr": held}
+
+    # -- reading --------------------------------------------------------------------
+
+    def read_reply(self, reply: Mapping[str, Any] | None, user_filter: Filter) -> _Reply:
+        """Check a projected reply against the layout; ``None`` means no document matched."""
+        if reply is None:
+            raise ResourceNotFound(
+                f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
+            )
+        kind = reply.get("t")
+        if kind not in ("missing", "null") and not (
+            kind == "object" and reply.get("v") == LAYOUT_VERSION
+        ):
+            raise IncompatibleLockField(
+                f"field {self.field!r} of document {reply.get('_id')!r} holds data "
+                f"docmultilock does not own (type {kind!r}, version {reply.get('v')!r}); "
+                "nothing was written",
+                filter=user_filter,
+            )
+        mine = reply.get("mine") or []
+        return _Reply(reply["_id"], mine[0] if mine else None, frozenset(reply.get("tags") or ()))
+
+    def to_lock(self, entry: Mapping[str, Any], document_id: Any) -> Lock:
+        """Turn our stored entry into a :class:`Lock`."""
+        return Lock(
+            id=entry["id"],
+            tag=entry["tag"],
+            document_id=document_id,
+            acquired_at=_to_utc(entry["acquired"]),
+            expires_at=_to_utc(entry["expires"]),
+            fence=int(entry["fence"]),
+            pending=bool(entry["pending"]),
+        )
+
+    def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
+        """The error for a lock that is no longer on its document."""
+        return self._lost(
+            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on document "
+            f"{lock.document_id!r}; it expired or was displaced",
+            filter=user_filter,
+            lock=lock,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AcquirePlan:
+    """An acquisition: its command, and how to read the reply (mirrors the pipeline's order)."""
+
+    core: LockCore
+    command: Command
+    user_filter: Filter
+    tag: str
+    lock_id: str
+    continuing: Lock | None
+
+    def read(self, reply: Mapping[str, Any] | None) -> Lock:
+        """Return the granted lock, or raise the error that describes the outcome."""
+        core = self.core
+        state = core.read_reply(reply, self.user_filter)
+        if state.mine is not None:
+            lock = core.to_lock(state.mine, state.document_id)
+            if not lock.pending:
+                return lock
+            waiting = tuple(sorted(state.tags & core.rules.assertive[self.tag]))
+            raise AssertiveLock(
+                f"lock {lock.id} ({self.tag!r}) is pending on document {state.document_id!r} "
+                f"until these tags drain: {', '.join(waiting)}; call acquire(filter, lock=...) "
+                "again to keep waiting",
+                filter=self.user_filter,
+                lock=lock,
+                blocking_tags=waiting,
+            )
+        blocking = tuple(sorted(state.tags & core.rules.cooperative[self.tag]))
+        if blocking:
+            raise core._refused(
+                f"cannot lock {self.tag!r} on document {state.document_id!r}: held or pending "
+                f"by {', '.join(blocking)}",
+                filter=self.user_filter,
+                blocking_tags=blocking,
+            )
+        if self.continuing is not None:
+            raise core.lost(self.continuing, self.user_filter, "continue")
+        raise DbError(  # pragma: no cover - the pipeline always records a fresh acquisition
+            f"the server answered an acquisition on document {state.document_id!r} without "
+            "recording it or naming a conflict",
+            filter=self.user_filter,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasePlan:
+    """A release: the reply is the state *before* the write."""
+
+    core: LockCore
+    command: Command
+    user_filter: Filter
+    lock: Lock
+
+    def read(self, reply: Mapping[str, Any] | None) -> None:
+        """Return quietly if our entry was there (live or expired); raise the loss otherwise."""
+        state = self.core.read_reply(reply, self.user_filter)
+        if state.mine is None:
+            raise self.core.lost(self.lock, self.user_filter, "release")
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendPlan:
+    """An extension: the reply is the state after the write."""
+
+    core: LockCore
+    command: Command
+    user_filter: Filter
+    lock: Lock
+
+    def read(self, reply: Mapping[str, Any] | None) -> Lock:
+        """Return the lock with its new expiry, or raise the loss when it is not held."""
+        state = self.core.read_reply(reply, self.user_filter)
+        if state.mine is None or state.mine.get("pending"):
+            raise self.core.lost(self.lock, self.user_filter, "extend")
+        return self.core.to_lock(state.mine, state.document_id)

@@ -1,0 +1,109 @@
+"""The tag-relationship table: which tags refuse each other, which wait for each other.
+
+A acquiring with A *cooperative* with B is refused while any live B entry (held or pending)
+is on the document. A *assertive* with B registers A as pending while live B entries remain,
+and the caller waits for them to drain. Tags with no relationship are concurrent.
+
+The table is validated once here; the server-side update (``_core``) and the reader of its
+answer both take their tag sets from a :class:`TagRules`, so the rules exist in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["READ_WRITE", "WRITE_ONLY", "TagRules", "check_relationships"]
+
+#: The classic readers-writer table: readers share, a writer excludes writers and waits
+#: for readers to drain while new readers are refused (writer preference).
+READ_WRITE: Mapping[str, Mapping[str, list[str]]] = {
+    "read": {"cooperative": ["write"]},
+    "write": {"cooperative": ["write"], "assertive": ["read"]},
+}
+
+#: The WriteLock table: one tag, exclusive with itself.
+WRITE_ONLY: Mapping[str, Mapping[str, list[str]]] = {"write": {"cooperative": ["write"]}}
+
+
+@dataclass(frozen=True, slots=True)
+class TagRules:
+    """A validated relationship table plus each tag's lock lifetime in milliseconds."""
+
+    cooperative: Mapping[str, frozenset[str]]
+    assertive: Mapping[str, frozenset[str]]
+    lifetime_ms: Mapping[str, int]
+
+    @property
+    def tags(self) -> frozenset[str]:
+        """Every declared tag."""
+        return frozenset(self.lifetime_ms)
+
+
+def check_relationships(
+    tags: Iterable[str], relationships: Mapping[str, Mapping[str, Iterable[str]]]
+) -> list[str]:
+    """Return every problem with a relationship table (empty when it is sound).
+
+    Refused: relationships naming undeclared tags, a tag assertive with itself, a tag both
+    cooperative and assertive with the same tag, and any cycle of assertive relationships
+    (each side would wait for the other to drain: a deadlock).
+    """
+    declared = set(tags)
+    problems: list[str] = []
+    for tag, kinds in sorted(relationships.items()):
+        cooperative = set(kinds.get("cooperative", ()))
+        assertive = set(kinds.get("assertive", ()))
+        for other in sorted((cooperative | assertive) - declared):
+            problems.append(f"tag {tag!r} names undeclared tag {other!r}")
+        if tag in assertive:
+            problems.append(f"tag {tag!r} is assertive with itself (it would wait for itself)")
+        for other in sorted(cooperative & assertive):
+            problems.append(f"tag {tag!r} is both cooperative and assertive with {other!r}")
+    problems.extend(_assertive_cycles(relationships))
+    return problems
+
+
+def _assertive_cycles(relationships: Mapping[str, Mapping[str, Iterable[str]]]) -> list[str]:
+    """Name each cycle of assertive waits (longer than one tag) once."""
+    edges = {
+        tag: sorted(set(kinds.get("assertive", ())) - {tag})
+        for tag, kinds in relationships.items()
+    }
+    cycles: list[str] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(path: list[str]) -> None:
+        for nxt in edges.get(path[-1], ()):
+            if nxt == path[0]:
+                members = frozenset(path)
+                if members not in seen:
+                    seen.add(members)
+                    loop = " -> ".join([*path, path[0]])
+                    cycles.append(f"assertive relationships form a cycle (deadlock): {loop}")
+            elif nxt not in path and nxt > path[0]:
+                # Only walk through tags after the start, so each cycle is found from its
+                # smallest member once.
+                walk([*path, nxt])
+
+    for start in sorted(edges):
+        walk([start])
+    return cycles
+
+
+def build_rules(
+    relationships: Mapping[str, Mapping[str, Iterable[str]]],
+    lifetimes_ms: Mapping[str, int],
+    default_lifetime_ms: int,
+) -> TagRules:
+    """Freeze an already checked table; every declared tag gets a lifetime."""
+    tags = set(relationships) | set(lifetimes_ms)
+    return TagRules(
+        cooperative={
+            t: frozenset(relationships.get(t, {}).get("cooperative", ())) for t in sorted(tags)
+        },
+        assertive={
+            t: frozenset(relationships.get(t, {}).get("assertive", ())) for t in sorted(tags)
+        },
+        lifetime_ms={t: lifetimes_ms.get(t, default_lifetime_ms) for t in sorted(tags)},
+    )

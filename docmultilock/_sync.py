@@ -1,0 +1,299 @@
+"""The synchronous lock managers: thin shells that run ``_core`` plans on a pymongo collection."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
+
+from pymongo import ReturnDocument
+from pymongo.collection import Collection
+from pymongo.errors import PyMongoError
+
+from docmultilock._args import check_filter, check_lock, check_tag, document_target
+from docmultilock._core import Command, LockCore
+from docmultilock._driver import WriteConcernViews, deadline, translate
+from docmultilock._lock import Lock
+from docmultilock._rules import READ_WRITE, WRITE_ONLY
+from docmultilock.errors import InvalidArgument, LockError
+from docmultilock.options import (
+    Duration,
+    ErrorFactory,
+    LockOptions,
+    load_options,
+    parse_duration,
+    parse_lifetime_ms,
+    parse_write_concern,
+)
+
+__all__ = ["MultiLock", "WriteLock"]
+
+log = logging.getLogger("docmultilock")
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _Plan(Protocol[T_co]):
+    @property
+    def command(self) -> Command: ...
+
+    def read(self, reply: Mapping[str, Any] | None) -> T_co: ...
+
+
+def new_lock_id() -> str:
+    """128 random bits: a lock id can be neither guessed nor forged."""
+    return secrets.token_hex(16)
+
+
+class _LockManager:
+    """What WriteLock and MultiLock share: release, extend, guard, and running a plan."""
+
+    def __init__(
+        self, collection: Collection[Any], options: LockOptions, *, exclusive: bool
+    ) -> None:
+        if not isinstance(collection, Collection):
+            raise InvalidArgument(
+                f"collection must be a pymongo Collection, not {type(collection).__name__}"
+            )
+        self.collection = collection
+        self.options = options
+        self._core = LockCore(options.field, options.rules, exclusive=exclusive)
+        self._views = WriteConcernViews(collection)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.collection.full_name!r}, field={self.options.field!r}, "
+            f"tags={sorted(self.options.rules.tags)!r})"
+        )
+
+    def _run(
+        self, plan: _Plan[T_co], doing: str, timeout: Duration | None, w: int | str | None
+    ) -> T_co:
+        """Send the plan's one command and read its reply; the only place errors leave."""
+        limit = self.options.timeout if timeout is None else parse_duration(timeout, "timeout")
+        concern = self.options.w if w is None else parse_write_concern(w)
+        command = plan.command
+        try:
+            try:
+                with deadline(limit):
+                    reply = self._views(concern).find_one_and_update(
+                        command.filter,
+                        command.update,
+                        projection=command.projection,
+                        return_document=(
+                            ReturnDocument.AFTER if command.return_after else ReturnDocument.BEFORE
+                        ),
+                    )
+            except PyMongoError as exc:
+                raise translate(exc, doing, command.filter) from exc
+            return plan.read(reply)
+        except LockError as err:
+            log.debug("%s on %s: %s", doing, self.collection.full_name, err.code)
+            factory = self.options.error_factory
+            if factory is None:
+                raise
+            raise factory(err) from err
+
+    def _lifetime(self, tag: str, lock_timeout: Duration | None) -> int:
+        if lock_timeout is None:
+            return self.options.rules.lifetime_ms[tag]
+        return parse_lifetime_ms(lock_timeout, "lock_timeout")
+
+    def _acquire(
+        self,
+        filter: object,  # noqa: A002
+        tag: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+    ) -> Lock:
+        user_filter = check_filter(filter)
+        rules = self.options.rules
+        if (tag is None) == (lock is None):
+            raise InvalidArgument(
+                "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
+            )
+        if lock is not None:
+            pending = check_lock(lock, rules)
+            name, target = pending.tag, document_target(user_filter, pending.document_id)
+        else:
+            pending, name, target = None, check_tag(tag, rules), user_filter
+        plan = self._core.acquire(
+            target,
+            user_filter=user_filter,
+            tag=name,
+            lock_id=new_lock_id(),
+            lifetime_ms=self._lifetime(name, lock_timeout),
+            continuing=pending,
+        )
+        granted = self._run(plan, "acquire", timeout, w)
+        log.debug("acquired %s %s on %r", granted.tag, granted.id, granted.document_id)
+        return granted
+
+    def release(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        lock: Lock,
+        *,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> None:
+        """Release ``lock`` on the document it was taken on.
+
+        An expired lock that nobody displaced is removed quietly.
+
+        :raises LockNotFound: the lock is gone (:class:`LockWasReacquired` for a WriteLock).
+        :raises ResourceNotFound: the document no longer matches ``filter``.
+        """
+        user_filter = check_filter(filter)
+        held = check_lock(lock, self.options.rules)
+        target = document_target(user_filter, held.document_id)
+        self._run(self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w)
+
+    def extend(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        lock: Lock,
+        *,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Push ``lock``'s expiry to the server's now plus its lifetime; return the new Lock.
+
+        :raises LockNotFound: the lock expired or was displaced (:class:`LockWasReacquired`
+            for a WriteLock); an expired lock cannot be revived.
+        """
+        user_filter = check_filter(filter)
+        held = check_lock(lock, self.options.rules, granted=True)
+        target = document_target(user_filter, held.document_id)
+        plan = self._core.extend(
+            target,
+            user_filter=user_filter,
+            lock=held,
+            lifetime_ms=self._lifetime(held.tag, lock_timeout),
+        )
+        return self._run(plan, "extend", timeout, w)
+
+    def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
+        """Return a filter that matches the document only while ``lock`` is still held.
+
+        Use it for the writes the lock protects, so that a write cannot land after the lock
+        expired or was taken over::
+
+            collection.update_one(locks.guard({"_id": 1}, lock), {"$set": {"total": 10}})
+        """
+        user_filter = check_filter(filter)
+        held = check_lock(lock, self.options.rules, granted=True)
+        return self._core.guard(document_target(user_filter, held.document_id), held)
+
+
+class MultiLock(_LockManager):
+    """Locks with tags (``read``, ``write``, ...) embedded in the locked document itself.
+
+    Tags relate through ``lock_relationships``: *cooperative* tags refuse each other,
+    *assertive* tags register and wait for the other to drain. The default table is the
+    readers-writer one (readers share; a writer excludes writers and waits for readers)::
+
+        locks = MultiLock(db.orders, lock_timeouts={"read": 2.0, "write": 20.0})
+        lock = locks.acquire({"_id": 1}, tag="read")
+        locks.release({"_id": 1}, lock)
+
+    :raises InvalidConfiguration: naming every problem with the options.
+    """
+
+    def __init__(
+        self,
+        collection: Collection[Any],
+        *,
+        lock_timeouts: Mapping[str, Duration] | None = None,
+        lock_relationships: Mapping[str, Mapping[str, list[str]]] | None = None,
+        lock_timeout: Duration = 10.0,
+        timeout: Duration | None = 10.0,
+        w: int | str = "majority",
+        field: str = "lock",
+        error_factory: ErrorFactory | None = None,
+    ) -> None:
+        options = load_options(
+            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
+            lock_relationships=(
+                lock_relationships if lock_relationships is not None else READ_WRITE
+            ),
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+            field=field,
+            error_factory=error_factory,
+        )
+        super().__init__(collection, options, exclusive=False)
+
+    def acquire(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        *,
+        tag: str | None = None,
+        lock: Lock | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Acquire a ``tag`` lock on the document matching ``filter``, in one atomic command.
+
+        Give ``lock=`` instead of ``tag=`` to go on waiting with a pending assertive lock.
+
+        :raises CooperativeLock: a tag this one is cooperative with is held (nothing recorded).
+        :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
+        :raises LockNotFound: the pending ``lock`` given is gone.
+        :raises ResourceNotFound: no document matches ``filter``.
+        """
+        return self._acquire(filter, tag, lock, lock_timeout, timeout, w)
+
+
+class WriteLock(_LockManager):
+    """An exclusive lock embedded in the locked document: a MultiLock with one tag, ``write``.
+
+    ::
+
+        locks = WriteLock(db.orders, lock_timeout=10.0)
+        lock = locks.acquire({"_id": 1})      # LockAlreadyTaken (HTTP 409) when held
+        locks.release({"_id": 1}, lock)
+
+    :raises InvalidConfiguration: naming every problem with the options.
+    """
+
+    def __init__(
+        self,
+        collection: Collection[Any],
+        *,
+        lock_timeout: Duration = 10.0,
+        timeout: Duration | None = 10.0,
+        w: int | str = "majority",
+        field: str = "lock",
+        error_factory: ErrorFactory | None = None,
+    ) -> None:
+        options = load_options(
+            lock_relationships=WRITE_ONLY,
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+            field=field,
+            error_factory=error_factory,
+        )
+        super().__init__(collection, options, exclusive=True)
+
+    def acquire(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        *,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Acquire the exclusive lock on the document matching ``filter``.
+
+        :raises LockAlreadyTaken: another holder has it (nothing recorded).
+        :raises ResourceNotFound: no document matches ``filter``.
+        """
+        return self._acquire(filter, "write", None, lock_timeout, timeout, w)

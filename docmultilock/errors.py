@@ -1,0 +1,220 @@
+"""Every error docmultilock raises, with the HTTP status a web handler should answer.
+
+The tree, with ``status_code`` and the builtin each error also is::
+
+    LockError                      (base; 500)
+    ├── ResourceNotFound           404  no document matches the filter
+    ├── LockConflict               409  the lock cannot be had or kept now
+    │   ├── CooperativeLock        409  refused: a cooperative tag is held (.blocking_tags)
+    │   │   └── LockAlreadyTaken   409  the WriteLock case
+    │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
+    │   └── LockNotFound           409  the lock is no longer there (expired or displaced)
+    │       └── LockWasReacquired  409  the WriteLock case
+    ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
+    └── DbError                    500  the database failed; the pymongo error is ``__cause__``
+        └── DbTimeout              504  ... because an operation ran out of time (TimeoutError)
+
+    InvalidArgument (ValueError, TypeError)   bad input to a call; nothing was written
+    └── InvalidConfiguration                  bad constructor options (.problems)
+
+Every :class:`LockError` carries ``code`` (its class name), ``status_code``, ``message``
+and ``filter``, offers :meth:`LockError.to_dict`, prints its message, and pickles.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from bson import json_util
+
+if TYPE_CHECKING:
+    from docmultilock._lock import Lock
+
+__all__ = [
+    "AssertiveLock",
+    "CooperativeLock",
+    "DbError",
+    "DbTimeout",
+    "IncompatibleLockField",
+    "InvalidArgument",
+    "InvalidConfiguration",
+    "LockAlreadyTaken",
+    "LockConflict",
+    "LockError",
+    "LockNotFound",
+    "LockWasReacquired",
+    "ResourceNotFound",
+]
+
+
+def _relaxed(value: Any) -> Any:
+    """Turn BSON values (ObjectId, datetime, ...) into JSON-safe data (relaxed Extended JSON)."""
+    return json.loads(json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS))
+
+
+class LockError(Exception):
+    """Root of every error about a lock or its database; carries an HTTP status hint.
+
+    :param message: what happened, for people.
+    :param filter: the filter the caller passed, when the error concerns one.
+    """
+
+    status_code: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, filter: Mapping[str, Any] | None = None) -> None:  # noqa: A002
+        super().__init__(message)
+        self.message = message
+        self.filter = dict(filter) if filter is not None else None
+
+    @property
+    def code(self) -> str:
+        """A stable machine-readable name: the class name."""
+        return type(self).__name__
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle their positional args only; the keyword data lives in __dict__.
+        return (type(self), (self.message,), self.__dict__)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return JSON-safe data describing the error (for logs and HTTP bodies)."""
+        data: dict[str, Any] = {
+            "code": self.code,
+            "status_code": self.status_code,
+            "message": self.message,
+            "filter": _relaxed(self.filter) if self.filter is not None else None,
+        }
+        data.update(self._extra())
+        return data
+
+    def _extra(self) -> dict[str, Any]:
+        return {}
+
+
+class ResourceNotFound(LockError):
+    """No document matches the filter (or the lock's document is gone)."""
+
+    status_code = 404
+
+
+class LockConflict(LockError):
+    """The lock cannot be taken or kept now; retrying later may succeed."""
+
+    status_code = 409
+
+
+class CooperativeLock(LockConflict):
+    """Acquisition refused: a tag this one is cooperative with is held or pending.
+
+    Nothing was recorded. ``blocking_tags`` names the tags in the way.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        blocking_tags: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, filter=filter)
+        self.blocking_tags = tuple(blocking_tags)
+
+    def _extra(self) -> dict[str, Any]:
+        return {"blocking_tags": list(self.blocking_tags)}
+
+
+class LockAlreadyTaken(CooperativeLock):
+    """A :class:`~docmultilock.WriteLock` acquisition refused: the document is locked."""
+
+
+class AssertiveLock(LockConflict):
+    """The lock was registered as pending; tags it waits for are still held.
+
+    Call ``acquire(filter, lock=err.lock)`` again until it returns the lock. Each such call
+    renews the pending entry, so a waiter that stops asking stops blocking others.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        lock: Lock | None = None,
+        blocking_tags: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, filter=filter)
+        self.lock = lock
+        self.blocking_tags = tuple(blocking_tags)
+
+    def _extra(self) -> dict[str, Any]:
+        from docmultilock._lock import LockSchema
+
+        return {
+            "blocking_tags": list(self.blocking_tags),
+            "lock": LockSchema().dump(self.lock) if self.lock is not None else None,
+        }
+
+
+class LockNotFound(LockConflict):
+    """The lock is no longer on the document: it expired, or was displaced by another holder."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        lock: Lock | None = None,
+    ) -> None:
+        super().__init__(message, filter=filter)
+        self.lock = lock
+
+    def _extra(self) -> dict[str, Any]:
+        return {"lock_id": self.lock.id if self.lock is not None else None}
+
+
+class LockWasReacquired(LockNotFound):
+    """A :class:`~docmultilock.WriteLock` is no longer held: it expired or another took it."""
+
+
+class IncompatibleLockField(LockError):
+    """The document's lock field holds data docmultilock did not write (or a newer layout).
+
+    Nothing was written: the library never overwrites what it does not own.
+    """
+
+
+class DbError(LockError):
+    """The database operation failed; the original pymongo error is ``__cause__``."""
+
+
+class DbTimeout(DbError, TimeoutError):
+    """The database operation did not finish within ``timeout``."""
+
+    status_code = 504
+
+
+class InvalidArgument(ValueError, TypeError):
+    """A call received input it cannot use safely; nothing was written."""
+
+
+class InvalidConfiguration(InvalidArgument):
+    """Constructor options are invalid; ``problems`` maps each option to what is wrong."""
+
+    def __init__(self, problems: Mapping[str, Any]) -> None:
+        self.problems = dict(problems)
+        super().__init__(self._format(self.problems))
+
+    @staticmethod
+    def _format(problems: Mapping[str, Any]) -> str:
+        lines = [f"{key}: {value}" for key, value in sorted(problems.items())]
+        return "invalid configuration: " + "; ".join(lines)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))

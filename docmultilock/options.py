@@ -1,0 +1,165 @@
+"""Validation of every option, once, into immutable values.
+
+Constructor options go through marshmallow schemas so that one :class:`InvalidConfiguration`
+names every problem at once. Per-call overrides (``lock_timeout=``, ``timeout=``, ``w=``) go
+through the same parsing functions, raising :class:`InvalidArgument` before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import marshmallow
+from marshmallow import fields, validate
+
+from docmultilock._rules import TagRules, build_rules, check_relationships
+from docmultilock.errors import InvalidArgument, InvalidConfiguration, LockError
+
+__all__ = ["Duration", "ErrorFactory", "LockOptions", "load_options"]
+
+#: Seconds as a number, or a timedelta.
+Duration = float | int | timedelta
+#: Turns a LockError into the exception to raise instead (e.g. a framework's HTTP error).
+ErrorFactory = Callable[[LockError], BaseException]
+
+_MAX_TAG_LENGTH = 256
+
+
+def parse_duration(value: object, name: str) -> float:
+    """Return a positive, finite number of seconds, refusing bools and other types."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgument(
+            f"{name} must be seconds (a number) or a timedelta, not {type(value).__name__}"
+        )
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgument(f"{name} must be positive and finite, not {value!r}")
+    return seconds
+
+
+def parse_lifetime_ms(value: object, name: str) -> int:
+    """Return a lock lifetime in whole milliseconds (the server's date resolution), >= 1."""
+    ms = round(parse_duration(value, name) * 1000)
+    if ms < 1:
+        raise InvalidArgument(f"{name} must be at least one millisecond, not {value!r}")
+    return ms
+
+
+def parse_write_concern(value: object, name: str = "w") -> int | str:
+    """Accept an acknowledged write concern: ``"majority"``, a tag set name, or an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InvalidArgument(f"{name} must be an int or a string, not {type(value).__name__}")
+    if isinstance(value, int) and value < 1:
+        # w=0 is unacknowledged: the answer that decides the lock would never come back.
+        raise InvalidArgument(f"{name} must be at least 1 (acknowledged writes), not {value}")
+    if isinstance(value, str) and not value:
+        raise InvalidArgument(f"{name} must not be empty")
+    return value
+
+
+def parse_field_name(value: object) -> str:
+    """Accept a top-level field name the lock may own: not ``_id``, no ``.``, no leading ``$``."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"field must be a string, not {type(value).__name__}")
+    if not value or value.startswith("$") or "." in value or "\x00" in value or value == "_id":
+        raise InvalidArgument(
+            f"field must be a non-empty top-level name without '.', a leading '$', a NUL "
+            f"character, and not '_id'; got {value!r}"
+        )
+    return value
+
+
+class _Parsed(fields.Field[Any]):
+    """A marshmallow field that delegates to one of the parse functions above."""
+
+    def __init__(self, parse: Callable[[object], Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._parse = parse
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        try:
+            return self._parse(value)
+        except InvalidArgument as exc:
+            raise marshmallow.ValidationError(str(exc)) from exc
+
+
+def _tag_field() -> fields.String:
+    return fields.String(validate=validate.Length(min=1, max=_MAX_TAG_LENGTH))
+
+
+class _RelationshipSchema(marshmallow.Schema):
+    class Meta:
+        unknown = marshmallow.RAISE
+
+    cooperative = fields.List(_tag_field(), load_default=list)
+    assertive = fields.List(_tag_field(), load_default=list)
+
+
+class _OptionsSchema(marshmallow.Schema):
+    class Meta:
+        unknown = marshmallow.RAISE
+
+    lock_timeouts = fields.Dict(
+        keys=_tag_field(),
+        values=_Parsed(lambda v: parse_lifetime_ms(v, "lock timeout")),
+        load_default=dict,
+    )
+    lock_relationships = fields.Dict(
+        keys=_tag_field(), values=fields.Nested(_RelationshipSchema), required=True
+    )
+    lock_timeout = _Parsed(lambda v: parse_lifetime_ms(v, "lock_timeout"), required=True)
+    timeout = _Parsed(lambda v: parse_duration(v, "timeout"), allow_none=True, required=True)
+    w = _Parsed(parse_write_concern, required=True)
+    field = _Parsed(lambda v: parse_field_name(v), required=True)
+    error_factory = fields.Raw(allow_none=True, load_default=None)
+
+    @marshmallow.validates("error_factory")
+    def _callable(self, value: Any, **kwargs: Any) -> None:
+        if value is not None and not callable(value):
+            raise marshmallow.ValidationError("must be callable or None")
+
+    @marshmallow.validates_schema(skip_on_field_errors=True)
+    def _table(self, data: dict[str, Any], **kwargs: Any) -> None:
+        relationships = data["lock_relationships"]
+        tags = set(relationships) | set(data["lock_timeouts"])
+        problems = check_relationships(tags, relationships)
+        if not tags:
+            problems.append("at least one tag must be declared")
+        if problems:
+            raise marshmallow.ValidationError(problems, "lock_relationships")
+
+
+@dataclass(frozen=True, slots=True)
+class LockOptions:
+    """Validated options of one lock manager."""
+
+    rules: TagRules
+    timeout: float | None
+    w: int | str
+    field: str
+    error_factory: ErrorFactory | None
+
+
+def load_options(**raw: Any) -> LockOptions:
+    """Validate constructor options; raise :class:`InvalidConfiguration` naming every problem."""
+    try:
+        data = _OptionsSchema().load(raw)
+    except marshmallow.ValidationError as exc:
+        messages = exc.messages
+        problems = messages if isinstance(messages, Mapping) else {"options": messages}
+        raise InvalidConfiguration(problems) from None
+    return LockOptions(
+        rules=build_rules(data["lock_relationships"], data["lock_timeouts"], data["lock_timeout"]),
+        timeout=data["timeout"],
+        w=data["w"],
+        field=data["field"],
+        error_factory=data["error_factory"],
+    )

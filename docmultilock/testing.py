@@ -1,0 +1,211 @@
+"""Run docmultilock against a real server in tests and demos.
+
+:class:`EmbeddedServer` starts the embedded MongoDB-compatible server (SecantusDB, from the
+``embedded`` extra) as a separate process on a free loopback port, and stops it on exit::
+
+    with EmbeddedServer() as server:
+        client = MongoClient(server.uri)
+
+:func:`mongodb_uri` yields ``DOCMULTILOCK_MONGODB_URI`` when it is set (a real MongoDB
+replica set), and an embedded server otherwise. The pytest fixtures built on these live in
+:mod:`docmultilock.pytest_plugin`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+__all__ = ["URI_VARIABLE", "EmbeddedServer", "EmbeddedServerError", "mongodb_uri"]
+
+#: The environment variable naming a real MongoDB to use instead of the embedded server.
+URI_VARIABLE = "DOCMULTILOCK_MONGODB_URI"
+
+
+class EmbeddedServerError(RuntimeError):
+    """The embedded server could not be started (its log tail is in the message)."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EmbeddedServer:
+    """A SecantusDB server in a child process, for tests and demos; a context manager.
+
+    :param storage_path: ``":memory:"`` (default) or a directory, to survive a restart.
+    :param enable_test_commands: allow ``configureFailPoint`` (fault injection).
+    :param ttl_sweep_seconds: how often TTL indexes are swept (the server's default is 60 s).
+    :param sync_on_commit: journal every commit, for crash-and-restart tests on disk.
+    :param port: a fixed port; a free one is picked when ``None``.
+    :param startup_timeout: seconds to wait for the server to answer ``hello``.
+    """
+
+    def __init__(
+        self,
+        *,
+        storage_path: str | os.PathLike[str] = ":memory:",
+        enable_test_commands: bool = False,
+        ttl_sweep_seconds: float | None = None,
+        sync_on_commit: bool = False,
+        port: int | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.storage_path = os.fspath(storage_path)
+        self.enable_test_commands = enable_test_commands
+        self.ttl_sweep_seconds = ttl_sweep_seconds
+        self.sync_on_commit = sync_on_commit
+        self.port = port if port is not None else _free_port()
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+
+    @property
+    def uri(self) -> str:
+        """A connection string for this server (direct connection, quick heartbeats)."""
+        return (
+            f"mongodb://127.0.0.1:{self.port}/?directConnection=true&heartbeatFrequencyMS=500"
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The server process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def _command(self) -> list[str]:
+        if self.ttl_sweep_seconds is not None or self.sync_on_commit:
+            # The command line has no TTL sweep option; the Python API does.
+            script = (
+                "from secantus import SecantusDBServer as S\n"
+                f"s = S(host='127.0.0.1', port={self.port}, storage_path={self.storage_path!r}, "
+                f"enable_test_commands={self.enable_test_commands!r}"
+                + (
+                    f", ttl_sweep_seconds={self.ttl_sweep_seconds!r}"
+                    if self.ttl_sweep_seconds is not None
+                    else ""
+                )
+                + (", sync_on_commit=True" if self.sync_on_commit else "")
+                + ")\ns.start()\ns.wait()\n"
+            )
+            return [sys.executable, "-c", script]
+        command = [
+            sys.executable, "-m", "secantus",
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--storage-path", self.storage_path,
+        ]  # fmt: skip
+        if self.enable_test_commands:
+            command.append("--enable-test-commands")
+        return command
+
+    def start(self) -> None:
+        """Start the server and wait until it answers ``hello``."""
+        if self._process is not None:
+            return
+        if importlib.util.find_spec("secantus") is None:
+            raise EmbeddedServerError(
+                "the embedded server is not installed: pip install 'docmultilock[embedded]'"
+            )
+        fd, name = tempfile.mkstemp(prefix="docmultilock-server-", suffix=".log")
+        self._log_path = Path(name)
+        with os.fdopen(fd, "wb") as log:
+            self._process = subprocess.Popen(
+                self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        try:
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_until_ready(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EmbeddedServerError(
+                    f"the embedded server exited with code {self._process.returncode}:\n"
+                    + self.log_tail()
+                )
+            with contextlib.suppress(OSError), socket.create_connection(
+                ("127.0.0.1", self.port), timeout=0.5
+            ):
+                if self._answers_hello():
+                    return
+            time.sleep(0.1)
+        raise EmbeddedServerError(
+            f"the embedded server did not answer within {self.startup_timeout} s:\n"
+            + self.log_tail()
+        )
+
+    def _answers_hello(self) -> bool:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            self.uri, serverSelectionTimeoutMS=2000, connectTimeoutMS=2000
+        )
+        try:
+            client.admin.command("hello")
+        except PyMongoError:
+            return False
+        finally:
+            client.close()
+        return True
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the server printed."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        text = self._log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self, *, kill: bool = False, grace: float = 10.0) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after ``grace`` seconds (or at once)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log_path is not None:
+            self._log_path.unlink(missing_ok=True)
+            self._log_path = None
+
+    def __enter__(self) -> EmbeddedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def mongodb_uri(*, enable_test_commands: bool = False) -> Iterator[str]:
+    """Yield ``DOCMULTILOCK_MONGODB_URI`` if set, else the URI of a fresh embedded server."""
+    uri = os.environ.get(URI_VARIABLE)
+    if uri:
+        yield uri
+        return
+    with EmbeddedServer(enable_test_commands=enable_test_commands) as server:
+        yield server.uri
