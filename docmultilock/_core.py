@@ -65,9 +65,7 @@ def _state(holders: Expr, fence: Expr) -> Expr:
     return {
         "v": literal(LAYOUT_VERSION),
         "fence": fence,
-        "expires": {
-            "$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, "$$now"]
-        },
+        "expires": {"$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, "$$now"]},
         "holders": holders,
     }
 
@@ -146,9 +144,43 @@ def _with_live_state(field: str, decide: Expr) -> Expr:
 
 def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
     """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors."""
+    expiry = {"$add": ["$$now", "$$ttl"]}
+    granted = {"$add": ["$$fence0", 1]}
+    unchanged = _state("$$live", "$$fence0")
+    wait = _state(
+        {
+            "$cond": [
+                "$$has_mine",
+                _renew({"expires": expiry}),
+                {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
+            ]
+        },
+        "$$fence0",
+    )
+    grant = _state(
+        {
+            "$cond": [
+                "$$has_mine",
+                _renew(
+                    {"pending": False, "fence": granted, "acquired": "$$now", "expires": expiry}
+                ),
+                {"$concatArrays": ["$$live", [_entry(tag, False, granted)]]},
+            ]
+        },
+        granted,
+    )
+    branches = [
+        # Already held (a continued lock that was granted meanwhile): unchanged.
+        {"case": "$$held", "then": unchanged},
+        # A cooperative tag is live: refuse, dropping our pending entry if we had one.
+        {"case": _meets("$$otags", rules.cooperative[tag]), "then": _state("$$others", "$$fence0")},
+        # Continuing a lock that is gone: record nothing.
+        {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
+        # An assertive tag is live (held or pending): register, or renew, as pending.
+        {"case": _meets("$$otags", rules.assertive[tag]), "then": wait},
+    ]
     others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
     mine = {"$filter": {"input": "$$live", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
-    granted = {"$add": ["$$fence0", 1]}
     decide = {
         "$let": {
             "vars": {"others": others, "mine": mine},
@@ -159,56 +191,8 @@ def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
                         "has_mine": is_non_empty("$$mine"),
                         "held": {"$in": [False, each("$$mine", "pending")]},
                     },
-                    "in": {
-                        "$switch": {
-                            "branches": [
-                                # Already held (a continued lock that was granted): unchanged.
-                                {"case": "$$held", "then": _state("$$live", "$$fence0")},
-                                # A cooperative tag is live: refuse, dropping our pending entry.
-                                {
-                                    "case": _meets("$$otags", rules.cooperative[tag]),
-                                    "then": _state("$$others", "$$fence0"),
-                                },
-                                # Continuing a lock that is gone: record nothing.
-                                {
-                                    "case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]},
-                                    "then": _state("$$live", "$$fence0"),
-                                },
-                                # An assertive tag is live: register or renew as pending.
-                                {
-                                    "case": _meets("$$otags", rules.assertive[tag]),
-                                    "then": _state(
-                                        {
-                                            "$cond": [
-                                                "$$has_mine",
-                                                _renew({"expires": {"$add": ["$$now", "$$ttl"]}}),
-                                                {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
-                                            ]
-                                        },
-                                        "$$fence0",
-                                    ),
-                                },
-                            ],
-                            # Nothing in the way: grant, with the next fence.
-                            "default": _state(
-                                {
-                                    "$cond": [
-                                        "$$has_mine",
-                                        _renew(
-                                            {
-                                                "pending": False,
-                                                "fence": granted,
-                                                "acquired": "$$now",
-                                                "expires": {"$add": ["$$now", "$$ttl"]},
-                                            }
-                                        ),
-                                        {"$concatArrays": ["$$live", [_entry(tag, False, granted)]]},
-                                    ]
-                                },
-                                granted,
-                            ),
-                        }
-                    },
+                    # Nothing in the way: grant, with the next fence.
+                    "in": {"$switch": {"branches": branches, "default": grant}},
                 }
             },
         }
@@ -290,13 +274,20 @@ class LockCore:
 
     # -- building -------------------------------------------------------------------
 
+    @staticmethod
+    def _is_mine(lock_id: str) -> Expr:
+        return {"$eq": ["$$this.id", literal(lock_id)]}
+
     def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
         projection: dict[str, Any] = {
             "_id": 1,
             "t": {"$type": f"${self.field}"},
             "v": f"${self.field}.v",
             "mine": {
-                "$filter": {"input": self._holders, "cond": {"$eq": ["$$this.id", literal(lock_id)]}}
+                "$filter": {
+                    "input": self._holders,
+                    "cond": {"$eq": ["$$this.id", literal(lock_id)]},
+                }
             },
         }
         if with_tags:
@@ -358,7 +349,7 @@ class LockCore:
                         "input": self._holders,
                         "in": {
                             "$and": [
-                                {"$eq": ["$$this.id", literal(lock.id)]},
+                                self._is_mine(lock.id),
                                 {"$eq": ["$$this.pending", False]},
                                 {"$gt": ["$$this.expires", SERVER_NOW]},
                             ]

@@ -44,9 +44,7 @@ class _ExtendedJson(marshmallow.fields.Field[Any]):
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
         return json.loads(json_util.dumps(value, json_options=json_util.CANONICAL_JSON_OPTIONS))
 
-    def _deserialize(
-        self, value: Any, attr: str | None, data: Any, **kwargs: Any
-    ) -> Any:
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         try:
             return json_util.loads(json.dumps(value))
         except (TypeError, ValueError) as exc:
@@ -73,8 +71,8 @@ class LockSchema(marshmallow.Schema):
         required=True, validate=marshmallow.validate.Length(min=1, max=256)
     )
     document_id = _ExtendedJson(required=True, allow_none=True)
-    acquired_at = marshmallow.fields.AwareDateTime(required=True, default_timezone=timezone.utc)
-    expires_at = marshmallow.fields.AwareDateTime(required=True, default_timezone=timezone.utc)
+    acquired_at = marshmallow.fields.AwareDateTime(required=True)
+    expires_at = marshmallow.fields.AwareDateTime(required=True)
     fence = marshmallow.fields.Integer(
         required=True, strict=True, validate=marshmallow.validate.Range(min=0)
     )

@@ -67,8 +67,7 @@ def check_relationships(
 def _assertive_cycles(relationships: Mapping[str, Mapping[str, Iterable[str]]]) -> list[str]:
     """Name each cycle of assertive waits (longer than one tag) once."""
     edges = {
-        tag: sorted(set(kinds.get("assertive", ())) - {tag})
-        for tag, kinds in relationships.items()
+        tag: sorted(set(kinds.get("assertive", ())) - {tag}) for tag, kinds in relationships.items()
     }
     cycles: list[str] = []
     seen: set[frozenset[str]] = set()

@@ -150,7 +150,9 @@ class _LockManager:
         user_filter = check_filter(filter)
         held = check_lock(lock, self.options.rules)
         target = document_target(user_filter, held.document_id)
-        self._run(self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w)
+        self._run(
+            self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w
+        )
 
     def extend(
         self,

@@ -54,6 +54,13 @@ def _relaxed(value: Any) -> Any:
     return json.loads(json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS))
 
 
+def _restore(cls: type[LockError], message: str, state: dict[str, Any]) -> LockError:
+    error = cls.__new__(cls, message)
+    error.args = (message,)
+    error.__dict__.update(state)
+    return error
+
+
 class LockError(Exception):
     """Root of every error about a lock or its database; carries an HTTP status hint.
 
@@ -80,8 +87,9 @@ class LockError(Exception):
         return f"{type(self).__name__}({self.message!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Exceptions pickle their positional args only; the keyword data lives in __dict__.
-        return (type(self), (self.message,), self.__dict__)
+        # Exceptions pickle their positional args only; rebuild from the message and the
+        # keyword data in __dict__ without calling __init__ (some take required keywords).
+        return (_restore, (type(self), self.message, self.__dict__))
 
     def to_dict(self) -> dict[str, Any]:
         """Return JSON-safe data describing the error (for logs and HTTP bodies)."""
@@ -145,8 +153,8 @@ class AssertiveLock(LockConflict):
         self,
         message: str,
         *,
+        lock: Lock,
         filter: Mapping[str, Any] | None = None,  # noqa: A002
-        lock: Lock | None = None,
         blocking_tags: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message, filter=filter)
@@ -156,10 +164,7 @@ class AssertiveLock(LockConflict):
     def _extra(self) -> dict[str, Any]:
         from docmultilock._lock import LockSchema
 
-        return {
-            "blocking_tags": list(self.blocking_tags),
-            "lock": LockSchema().dump(self.lock) if self.lock is not None else None,
-        }
+        return {"blocking_tags": list(self.blocking_tags), "lock": LockSchema().dump(self.lock)}
 
 
 class LockNotFound(LockConflict):
@@ -169,14 +174,14 @@ class LockNotFound(LockConflict):
         self,
         message: str,
         *,
+        lock: Lock,
         filter: Mapping[str, Any] | None = None,  # noqa: A002
-        lock: Lock | None = None,
     ) -> None:
         super().__init__(message, filter=filter)
         self.lock = lock
 
     def _extra(self) -> dict[str, Any]:
-        return {"lock_id": self.lock.id if self.lock is not None else None}
+        return {"lock_id": self.lock.id}
 
 
 class LockWasReacquired(LockNotFound):

@@ -80,9 +80,7 @@ class EmbeddedServer:
     @property
     def uri(self) -> str:
         """A connection string for this server (direct connection, quick heartbeats)."""
-        return (
-            f"mongodb://127.0.0.1:{self.port}/?directConnection=true&heartbeatFrequencyMS=500"
-        )
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true&heartbeatFrequencyMS=500"
 
     @property
     def pid(self) -> int | None:
@@ -143,8 +141,9 @@ class EmbeddedServer:
                     f"the embedded server exited with code {self._process.returncode}:\n"
                     + self.log_tail()
                 )
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=0.5
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
             ):
                 if self._answers_hello():
                     return

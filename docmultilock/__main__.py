@@ -1,0 +1,11 @@
+"""``python -m docmultilock``: the same command line as the ``docmultilock`` script."""
+
+from __future__ import annotations
+
+import sys
+
+from docmultilock.cli import main
+
+# Guarded: the demo's worker processes are spawned, and spawning imports this module again.
+if __name__ == "__main__":
+    sys.exit(main())

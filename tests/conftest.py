@@ -1,0 +1,75 @@
+"""Shared fixtures: a real server (embedded or DOCMULTILOCK_MONGODB_URI) and fresh collections.
+
+The server, client and per-test collection come from docmultilock's own pytest plugin
+(``docmultilock.pytest_plugin``), the same fixtures users get for their tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.collection import Collection
+
+from docmultilock import MultiLock, WriteLock
+from docmultilock.pytest_plugin import CLIENT_OPTIONS
+from tests.helpers import USER_FIELDS, CommandLog, Doc
+
+
+@pytest.fixture
+def uri(docmultilock_uri: str) -> str:
+    return docmultilock_uri
+
+
+@pytest.fixture
+def client(docmultilock_client: MongoClient[Doc]) -> MongoClient[Doc]:
+    return docmultilock_client
+
+
+@pytest.fixture
+def collection(docmultilock_collection: Collection[Doc]) -> Collection[Doc]:
+    return docmultilock_collection
+
+
+@pytest.fixture
+def doc(collection: Collection[Doc]) -> dict[str, Any]:
+    """Insert the test document ``{"_id": 1, **USER_FIELDS}``; return its filter."""
+    collection.insert_one({"_id": 1, **USER_FIELDS})
+    return {"_id": 1}
+
+
+@pytest.fixture
+def write_lock(collection: Collection[Doc]) -> WriteLock:
+    return WriteLock(collection, lock_timeout=10.0)
+
+
+@pytest.fixture
+def rw_lock(collection: Collection[Doc]) -> MultiLock:
+    """The readers-writer table of the issue, with roomy lifetimes."""
+    return MultiLock(
+        collection,
+        lock_timeouts={"read": 10.0, "write": 10.0},
+        lock_relationships={
+            "read": {"cooperative": ["write"]},
+            "write": {"cooperative": ["write"], "assertive": ["read"]},
+        },
+    )
+
+
+@pytest.fixture
+def counted(uri: str, collection: Collection[Doc]) -> Iterator[tuple[Collection[Doc], CommandLog]]:
+    """The test collection seen through a client that logs every command it sends."""
+    log = CommandLog()
+    counting: MongoClient[Doc] = MongoClient(uri, event_listeners=[log], **CLIENT_OPTIONS)
+    try:
+        yield counting[collection.database.name][collection.name], log
+    finally:
+        counting.close()
+
+
+@pytest.fixture(scope="session")
+def is_embedded(docmultilock_client: MongoClient[Doc]) -> bool:
+    """True when the server is the embedded SecantusDB rather than MongoDB."""
+    return "secantusVersion" in docmultilock_client.admin.command("buildInfo")

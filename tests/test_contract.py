@@ -1,0 +1,267 @@
+"""Behaviour every lock class shares, run over WriteLock and MultiLock alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.collection import Collection
+
+from docmultilock import (
+    DbError,
+    DbTimeout,
+    IncompatibleLockField,
+    InvalidArgument,
+    Lock,
+    LockConflict,
+    LockError,
+    MultiLock,
+    ResourceNotFound,
+    WriteLock,
+)
+from tests.helpers import USER_FIELDS, CommandLog, stored_lock, user_fields
+
+Doc = dict[str, Any]
+Manager = WriteLock | MultiLock
+Factory = Callable[..., Manager]
+
+
+@pytest.fixture(params=["WriteLock", "MultiLock"])
+def make(request: pytest.FixtureRequest) -> Factory:
+    """Build either lock class over a collection, with the same keyword options."""
+    cls = WriteLock if request.param == "WriteLock" else MultiLock
+    return lambda collection, **options: cls(collection, **options)
+
+
+def take(locks: Manager, filter: Doc, **kwargs: Any) -> Lock:  # noqa: A002
+    """Acquire the exclusive lock, whichever the class."""
+    if isinstance(locks, MultiLock):
+        return locks.acquire(filter, tag="write", **kwargs)
+    return locks.acquire(filter, **kwargs)
+
+
+@pytest.fixture
+def locks(make: Factory, collection: Collection[Doc]) -> Manager:
+    return make(collection)
+
+
+# -- one command per operation --------------------------------------------------------
+
+
+def test_every_operation_is_exactly_one_command(
+    make: Factory, doc: Doc, counted: tuple[Collection[Doc], CommandLog]
+) -> None:
+    collection, log = counted
+    locks = make(collection)
+    lock = take(locks, doc)
+    with pytest.raises(LockConflict):
+        take(locks, doc)
+    lock = locks.extend(doc, lock)
+    locks.release(doc, lock)
+    with pytest.raises(ResourceNotFound):
+        take(locks, {"_id": 404})
+    assert log.names == ["findAndModify"] * 5
+
+
+def test_the_lock_owns_only_its_field(
+    locks: Manager, doc: Doc, collection: Collection[Doc]
+) -> None:
+    lock = take(locks, doc)
+    lock = locks.extend(doc, lock)
+    locks.release(doc, lock)
+    assert set(collection.find_one(doc) or {}) == {"_id", *USER_FIELDS, "lock"}
+    assert user_fields(collection) == {"_id": 1, **USER_FIELDS}
+
+
+# -- bad input: a clear error before anything is written ---------------------------------
+
+
+@pytest.mark.parametrize("bad", [None, "1", 1, [("_id", 1)], {}, {1: 1}])
+def test_a_bad_filter_is_refused_before_anything_is_written(
+    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
+) -> None:
+    with pytest.raises(InvalidArgument, match="filter"):
+        take(locks, bad)
+    assert stored_lock(collection) is None
+
+
+@pytest.mark.parametrize("bad", [True, -1, 0, "5", float("nan")])
+def test_a_bad_per_call_lock_timeout_is_refused(
+    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
+) -> None:
+    with pytest.raises(InvalidArgument, match="lock_timeout"):
+        take(locks, doc, lock_timeout=bad)
+    assert stored_lock(collection) is None
+
+
+@pytest.mark.parametrize("bad", [True, -1, 0])
+def test_a_bad_per_call_timeout_is_refused(
+    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
+) -> None:
+    with pytest.raises(InvalidArgument, match="timeout"):
+        take(locks, doc, timeout=bad)
+    assert stored_lock(collection) is None
+
+
+@pytest.mark.parametrize("bad", [0, False, -1])
+def test_an_unacknowledged_per_call_write_concern_is_refused(
+    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
+) -> None:
+    with pytest.raises(InvalidArgument, match="w must"):
+        take(locks, doc, w=bad)
+    assert stored_lock(collection) is None
+
+
+def test_a_lock_from_another_document_is_refused(
+    locks: Manager, doc: Doc, collection: Collection[Doc]
+) -> None:
+    collection.insert_one({"_id": 2})
+    lock = take(locks, doc)
+    with pytest.raises(InvalidArgument, match="belongs to document 1"):
+        locks.release({"_id": 2}, lock)
+    with pytest.raises(InvalidArgument, match="belongs to document 1"):
+        locks.extend({"_id": 2}, lock)
+    with pytest.raises(InvalidArgument, match="belongs to document 1"):
+        locks.guard({"_id": 2}, lock)
+    assert stored_lock(collection, 2) is None
+
+
+def test_a_filter_that_no_longer_matches_the_locks_document_is_404(
+    locks: Manager, doc: Doc
+) -> None:
+    lock = take(locks, doc)
+    with pytest.raises(ResourceNotFound):
+        locks.release({"name": "someone else"}, lock)
+    locks.release({"name": "original"}, lock)
+
+
+def test_a_lock_of_an_undeclared_tag_is_refused(locks: Manager, doc: Doc) -> None:
+    lock = take(locks, doc)
+    forged = Lock(**{**_fields(lock), "tag": "admin"})
+    with pytest.raises(InvalidArgument, match="does not declare"):
+        locks.release(doc, forged)
+
+
+def test_something_else_than_a_lock_is_refused(locks: Manager, doc: Doc) -> None:
+    with pytest.raises(InvalidArgument, match=r"docmultilock\.Lock"):
+        locks.release(doc, {"id": "x"})  # type: ignore[arg-type]
+
+
+def test_a_forged_lock_id_releases_nothing(
+    locks: Manager, doc: Doc, collection: Collection[Doc]
+) -> None:
+    lock = take(locks, doc)
+    forged = Lock(**{**_fields(lock), "id": "f" * 32})
+    with pytest.raises(LockConflict):
+        locks.release(doc, forged)
+    assert [h["id"] for h in stored_lock(collection)["holders"]] == [lock.id]
+
+
+def _fields(lock: Lock) -> dict[str, Any]:
+    return {name: getattr(lock, name) for name in Lock.__dataclass_fields__}
+
+
+# -- the lock field belongs to the lock, and nothing else is overwritten -------------------
+
+
+@pytest.mark.parametrize("foreign", ["mine", 7, {"owner": "bob"}, {"v": 2, "holders": []}, []])
+def test_a_field_holding_foreign_data_is_never_overwritten(
+    locks: Manager, collection: Collection[Doc], foreign: Any
+) -> None:
+    collection.insert_one({"_id": 1, "lock": foreign})
+    with pytest.raises(IncompatibleLockField):
+        take(locks, {"_id": 1})
+    assert stored_lock(collection) == foreign
+
+
+def test_a_null_lock_field_counts_as_unlocked(locks: Manager, collection: Collection[Doc]) -> None:
+    collection.insert_one({"_id": 1, "lock": None})
+    take(locks, {"_id": 1})
+
+
+# -- errors: database failures, error_factory ----------------------------------------------
+
+
+class Translated(Exception):
+    def __init__(self, err: LockError) -> None:
+        super().__init__(err.status_code)
+        self.status = err.status_code
+
+
+def test_error_factory_replaces_each_lock_error(
+    make: Factory, collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = make(collection, error_factory=Translated)
+    take(locks, doc)
+    with pytest.raises(Translated) as exc:
+        take(locks, doc)
+    assert exc.value.status == 409
+    assert isinstance(exc.value.__cause__, LockConflict)
+
+
+def test_error_factory_sees_404s_too(make: Factory, collection: Collection[Doc]) -> None:
+    locks = make(collection, error_factory=Translated)
+    with pytest.raises(Translated) as exc:
+        take(locks, {"_id": 9})
+    assert exc.value.status == 404
+
+
+def test_error_factory_leaves_bad_arguments_alone(
+    make: Factory, collection: Collection[Doc]
+) -> None:
+    locks = make(collection, error_factory=Translated)
+    with pytest.raises(InvalidArgument):
+        take(locks, {})
+
+
+@pytest.fixture
+def fail_point(client: MongoClient[Doc], is_embedded: bool) -> Iterator[Callable[..., None]]:
+    """Arm ``failCommand`` for findAndModify; always switched off afterwards."""
+
+    def arm(**data: Any) -> None:
+        client.admin.command(
+            "configureFailPoint",
+            "failCommand",
+            mode={"times": 1},
+            data={"failCommands": ["findAndModify"], **data},
+        )
+
+    yield arm
+    client.admin.command("configureFailPoint", "failCommand", mode="off")
+
+
+def test_a_server_error_becomes_db_error_with_the_cause(
+    locks: Manager, doc: Doc, fail_point: Callable[..., None]
+) -> None:
+    # Code 2 (BadValue) is not retryable: the error reaches the caller.
+    fail_point(errorCode=2)
+    with pytest.raises(DbError) as exc:
+        take(locks, doc)
+    assert exc.value.status_code == 500
+    assert exc.value.__cause__ is not None
+    assert not isinstance(exc.value, DbTimeout)
+
+
+def test_an_operation_past_its_timeout_becomes_db_timeout(
+    locks: Manager, doc: Doc, fail_point: Callable[..., None]
+) -> None:
+    fail_point(blockConnection=True, blockTimeMS=1500)
+    with pytest.raises(DbTimeout) as exc:
+        take(locks, doc, timeout=0.3)
+    assert isinstance(exc.value, TimeoutError)
+    assert exc.value.status_code == 504
+
+
+# -- server time -----------------------------------------------------------------------
+
+
+def test_expiry_is_stamped_by_the_server_not_the_client(
+    locks: Manager, doc: Doc, collection: Collection[Doc]
+) -> None:
+    lock = take(locks, doc, lock_timeout=5.0)
+    stored = stored_lock(collection)["holders"][0]
+    assert stored["expires"].replace(tzinfo=timezone.utc) == lock.expires_at
+    assert abs(lock.acquired_at - datetime.now(timezone.utc)) < timedelta(minutes=5)

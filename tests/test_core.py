@@ -1,0 +1,103 @@
+"""The pure decision core: what it sends, without a server."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from docmultilock._core import LockCore
+from docmultilock._lock import Lock
+from docmultilock._rules import READ_WRITE, build_rules
+from docmultilock.errors import IncompatibleLockField, ResourceNotFound
+
+CORE = LockCore("lock", build_rules(READ_WRITE, {}, 10_000), exclusive=False)
+LOCK = Lock(
+    id="a" * 32,
+    tag="write",
+    document_id=1,
+    acquired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    expires_at=datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc),
+    fence=3,
+)
+
+
+def plans() -> list[Any]:
+    return [
+        CORE.acquire(
+            {"_id": 1}, user_filter={"_id": 1}, tag="read", lock_id="b" * 32, lifetime_ms=5
+        ),
+        CORE.acquire(
+            {"_id": 1},
+            user_filter={"_id": 1},
+            tag="write",
+            lock_id="x",
+            lifetime_ms=5,
+            continuing=LOCK,
+        ),
+        CORE.release({"_id": 1}, user_filter={"_id": 1}, lock=LOCK),
+        CORE.extend({"_id": 1}, user_filter={"_id": 1}, lock=LOCK, lifetime_ms=5),
+    ]
+
+
+@pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
+def test_each_update_sets_the_lock_field_and_nothing_else(plan: Any) -> None:
+    (stage,) = plan.command.update
+    assert list(stage) == ["$set"]
+    assert list(stage["$set"]) == ["lock"]
+
+
+@pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
+def test_each_projection_returns_no_user_field(plan: Any) -> None:
+    assert set(plan.command.projection) <= {"_id", "t", "v", "mine", "tags"}
+
+
+def test_continuing_uses_the_pending_locks_id() -> None:
+    plan = plans()[1]
+    bindings = plan.command.update[0]["$set"]["lock"]["$let"]["vars"]
+    assert bindings["id"] == {"$literal": LOCK.id}
+    assert bindings["create"] is False
+
+
+def test_release_reads_the_state_before_its_write() -> None:
+    assert plans()[2].command.return_after is False
+
+
+def test_tag_names_are_literals_never_field_paths() -> None:
+    core = LockCore("lock", build_rules({"$where": {}}, {}, 1000), exclusive=False)
+    plan = core.acquire(
+        {"_id": 1}, user_filter={"_id": 1}, tag="$where", lock_id="c", lifetime_ms=5
+    )
+    assert '{"$literal": "$where"}' in _dump(plan.command.update).replace("'", '"')
+
+
+def _dump(value: Any) -> str:
+    return repr(value)
+
+
+def test_a_missing_document_reads_as_resource_not_found() -> None:
+    with pytest.raises(ResourceNotFound):
+        plans()[0].read(None)
+
+
+def test_a_foreign_field_reads_as_incompatible() -> None:
+    with pytest.raises(IncompatibleLockField):
+        plans()[0].read({"_id": 1, "t": "object", "v": 2, "mine": [], "tags": []})
+
+
+def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
+    entry = {
+        "id": "b" * 32,
+        "tag": "read",
+        "pending": True,
+        "fence": 0,
+        "acquired": datetime(2026, 1, 1),
+        "expires": datetime(2026, 1, 2),
+    }
+    reply = {"_id": 1, "t": "object", "v": 1, "mine": [entry], "tags": ["read"]}
+    lock = CORE.to_lock(entry, 1)
+    assert lock.acquired_at.tzinfo is timezone.utc
+    assert lock.pending
+    with pytest.raises(Exception, match="pending"):
+        plans()[0].read(reply)

@@ -1,0 +1,137 @@
+"""The error tree: status codes, data, printing and pickling."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from datetime import datetime, timezone
+
+import pytest
+from bson import ObjectId
+
+import docmultilock
+from docmultilock import (
+    AssertiveLock,
+    CooperativeLock,
+    DbError,
+    DbTimeout,
+    IncompatibleLockField,
+    InvalidArgument,
+    InvalidConfiguration,
+    Lock,
+    LockAlreadyTaken,
+    LockConflict,
+    LockError,
+    LockNotFound,
+    LockWasReacquired,
+    ResourceNotFound,
+)
+
+LOCK = Lock(
+    id="0" * 32,
+    tag="write",
+    document_id=ObjectId("5f0000000000000000000001"),
+    acquired_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    expires_at=datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc),
+    fence=0,
+    pending=True,
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (ResourceNotFound, 404),
+        (LockConflict, 409),
+        (CooperativeLock, 409),
+        (LockAlreadyTaken, 409),
+        (AssertiveLock, 409),
+        (LockNotFound, 409),
+        (LockWasReacquired, 409),
+        (DbError, 500),
+        (DbTimeout, 504),
+        (IncompatibleLockField, 500),
+    ],
+)
+def test_each_error_carries_its_http_status(error: type[LockError], status: int) -> None:
+    assert error.status_code == status
+
+
+def test_the_tree_lets_one_except_catch_both_lock_classes_refusals() -> None:
+    assert issubclass(LockAlreadyTaken, CooperativeLock)
+    assert issubclass(LockWasReacquired, LockNotFound)
+    for conflict in (CooperativeLock, AssertiveLock, LockNotFound):
+        assert issubclass(conflict, LockConflict)
+    assert issubclass(DbTimeout, DbError)
+    assert issubclass(DbTimeout, TimeoutError)
+
+
+def test_configuration_errors_are_value_errors_not_lock_errors() -> None:
+    assert issubclass(InvalidConfiguration, ValueError)
+    assert issubclass(InvalidArgument, TypeError)
+    assert not issubclass(InvalidConfiguration, LockError)
+
+
+def test_code_is_the_class_name() -> None:
+    assert LockAlreadyTaken("x").code == "LockAlreadyTaken"
+
+
+def test_an_error_prints_its_message() -> None:
+    err = ResourceNotFound("no document matches", filter={"_id": 1})
+    assert str(err) == "no document matches"
+    assert repr(err) == "ResourceNotFound('no document matches')"
+
+
+def test_to_dict_is_json_safe_with_bson_values() -> None:
+    err = CooperativeLock(
+        "held", filter={"_id": ObjectId("5f0000000000000000000001")}, blocking_tags=("write",)
+    )
+    data = err.to_dict()
+    assert data == {
+        "code": "CooperativeLock",
+        "status_code": 409,
+        "message": "held",
+        "filter": {"_id": {"$oid": "5f0000000000000000000001"}},
+        "blocking_tags": ["write"],
+    }
+    json.dumps(data)
+
+
+def test_assertive_lock_to_dict_includes_the_pending_lock() -> None:
+    data = AssertiveLock("wait", lock=LOCK, blocking_tags=("read",)).to_dict()
+    assert data["lock"]["id"] == LOCK.id
+    assert data["lock"]["pending"] is True
+    json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        ResourceNotFound("gone", filter={"_id": 1}),
+        CooperativeLock("held", filter={"_id": 1}, blocking_tags=("write",)),
+        LockAlreadyTaken("held", filter={"_id": 1}, blocking_tags=("write",)),
+        AssertiveLock("wait", filter={"_id": 1}, lock=LOCK, blocking_tags=("read",)),
+        LockWasReacquired("lost", filter={"_id": 1}, lock=LOCK),
+        DbTimeout("slow", filter={"_id": 1}),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_pickle_with_their_data(err: LockError) -> None:
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is type(err)
+    assert again.to_dict() == err.to_dict()
+    assert str(again) == str(err)
+
+
+def test_invalid_configuration_names_every_problem_and_pickles() -> None:
+    err = InvalidConfiguration({"lock_timeout": ["must be positive"], "w": ["bad"]})
+    assert str(err) == "invalid configuration: lock_timeout: ['must be positive']; w: ['bad']"
+    again = pickle.loads(pickle.dumps(err))
+    assert again.problems == err.problems
+
+
+def test_the_public_api_is_sorted_and_importable() -> None:
+    names = docmultilock.__all__
+    assert list(names) == sorted(names)
+    for name in names:
+        assert hasattr(docmultilock, name)

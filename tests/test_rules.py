@@ -1,0 +1,54 @@
+"""The tag-relationship table: what is refused at construction, and why."""
+
+from __future__ import annotations
+
+from docmultilock._rules import READ_WRITE, build_rules, check_relationships
+
+
+def test_the_readers_writer_table_is_sound() -> None:
+    assert check_relationships(["read", "write"], READ_WRITE) == []
+
+
+def test_a_relationship_naming_an_undeclared_tag_is_a_problem() -> None:
+    problems = check_relationships(["read"], {"read": {"cooperative": ["wirte"]}})
+    assert problems == ["tag 'read' names undeclared tag 'wirte'"]
+
+
+def test_a_tag_assertive_with_itself_is_a_problem() -> None:
+    problems = check_relationships(["a"], {"a": {"assertive": ["a"]}})
+    assert problems == ["tag 'a' is assertive with itself (it would wait for itself)"]
+
+
+def test_two_tags_assertive_with_each_other_deadlock() -> None:
+    problems = check_relationships(
+        ["a", "b"], {"a": {"assertive": ["b"]}, "b": {"assertive": ["a"]}}
+    )
+    assert problems == ["assertive relationships form a cycle (deadlock): a -> b -> a"]
+
+
+def test_a_longer_assertive_cycle_is_named_once() -> None:
+    table = {"a": {"assertive": ["b"]}, "b": {"assertive": ["c"]}, "c": {"assertive": ["a"]}}
+    problems = check_relationships(["a", "b", "c"], table)
+    assert problems == ["assertive relationships form a cycle (deadlock): a -> b -> c -> a"]
+
+
+def test_an_assertive_chain_without_a_cycle_is_sound() -> None:
+    table = {"a": {"assertive": ["b", "c"]}, "b": {"assertive": ["c"]}}
+    assert check_relationships(["a", "b", "c"], table) == []
+
+
+def test_a_tag_both_cooperative_and_assertive_with_another_is_a_problem() -> None:
+    problems = check_relationships(["a", "b"], {"a": {"cooperative": ["b"], "assertive": ["b"]}})
+    assert problems == ["tag 'a' is both cooperative and assertive with 'b'"]
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    table = {"a": {"assertive": ["a", "zzz"]}, "b": {"cooperative": ["a"], "assertive": ["a"]}}
+    assert len(check_relationships(["a", "b"], table)) == 3
+
+
+def test_tags_without_relationships_are_declared_by_their_lifetime() -> None:
+    rules = build_rules(READ_WRITE, {"audit": 5000}, 10000)
+    assert rules.tags == {"read", "write", "audit"}
+    assert rules.cooperative["audit"] == frozenset()
+    assert rules.lifetime_ms == {"audit": 5000, "read": 10000, "write": 10000}

@@ -1,0 +1,62 @@
+"""Public usages that must type-check under mypy --strict (not run by pytest)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pymongo import MongoClient
+
+from docmultilock import (
+    AssertiveLock,
+    CooperativeLock,
+    Lock,
+    LockError,
+    LockSchema,
+    MultiLock,
+    WriteLock,
+)
+from docmultilock.testing import EmbeddedServer
+
+
+class HttpError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+
+
+def to_http(err: LockError) -> HttpError:
+    return HttpError(err.status_code)
+
+
+def usage() -> None:
+    with EmbeddedServer() as server:
+        client: MongoClient[dict[str, Any]] = MongoClient(server.uri)
+        orders = client.shop.orders
+        wl = WriteLock(orders, lock_timeout=timedelta(seconds=5), error_factory=to_http)
+        lock: Lock = wl.acquire({"_id": 1}, timeout=2.0, w=1)
+        lock = wl.extend({"_id": 1}, lock, lock_timeout=10)
+        guard: dict[str, Any] = wl.guard({"_id": 1}, lock)
+        orders.update_one(guard, {"$set": {"total": 3}})
+        wl.release({"_id": 1}, lock)
+
+        ml = MultiLock(
+            orders,
+            lock_timeouts={"read": 2.0, "write": 20.0},
+            lock_relationships={
+                "read": {"cooperative": ["write"]},
+                "write": {"cooperative": ["write"], "assertive": ["read"]},
+            },
+        )
+        try:
+            lock = ml.acquire({"_id": 1}, tag="write")
+        except AssertiveLock as err:
+            lock = ml.acquire({"_id": 1}, lock=err.lock)
+        except CooperativeLock as err:
+            blocking: tuple[str, ...] = err.blocking_tags
+            print(blocking, err.to_dict())
+            return
+        data: dict[str, Any] = LockSchema().dump(lock)
+        loaded = LockSchema().load(data)
+        assert isinstance(loaded, Lock)
+        ml.release({"_id": 1}, loaded)
+        client.close()
