@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
+from bson.errors import InvalidDocument
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
@@ -87,6 +88,10 @@ class _LockManager:
                     )
             except PyMongoError as exc:
                 raise translate(exc, doing, command.filter) from exc
+            except (InvalidDocument, OverflowError) as exc:
+                # Encoding fails before anything is sent: the caller's filter holds a value
+                # BSON cannot carry (an int beyond 64 bits, an arbitrary object).
+                raise InvalidArgument(f"filter cannot be sent to MongoDB: {exc}") from exc
             return plan.read(reply)
         except LockError as err:
             log.debug("%s on %s: %s", doing, self.collection.full_name, err.code)

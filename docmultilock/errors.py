@@ -17,8 +17,8 @@ The tree, with ``status_code`` and the builtin each error also is::
     InvalidArgument (ValueError, TypeError)   bad input to a call; nothing was written
     └── InvalidConfiguration                  bad constructor options (.problems)
 
-Every :class:`LockError` carries ``code`` (its class name), ``status_code``, ``message``
-and ``filter``, offers :meth:`LockError.to_dict`, prints its message, and pickles.
+Every :class:`LockError` carries ``code`` (its class name), ``status_code``, ``title``,
+``message`` and ``filter``, offers :meth:`LockError.to_dict`, prints its message, and pickles.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class LockError(Exception):
     :param filter: the filter the caller passed, when the error concerns one.
     """
 
+    title: ClassVar[str] = "Lock error"
+
     status_code: ClassVar[int] = 500
 
     def __init__(self, message: str, *, filter: Mapping[str, Any] | None = None) -> None:  # noqa: A002
@@ -109,11 +111,15 @@ class LockError(Exception):
 class ResourceNotFound(LockError):
     """No document matches the filter (or the lock's document is gone)."""
 
+    title = "Document not found"
+
     status_code = 404
 
 
 class LockConflict(LockError):
     """The lock cannot be taken or kept now; retrying later may succeed."""
+
+    title = "Lock conflict"
 
     status_code = 409
 
@@ -123,6 +129,8 @@ class CooperativeLock(LockConflict):
 
     Nothing was recorded. ``blocking_tags`` names the tags in the way.
     """
+
+    title = "Lock refused"
 
     def __init__(
         self,
@@ -141,6 +149,8 @@ class CooperativeLock(LockConflict):
 class LockAlreadyTaken(CooperativeLock):
     """A :class:`~docmultilock.WriteLock` acquisition refused: the document is locked."""
 
+    title = "Lock already taken"
+
 
 class AssertiveLock(LockConflict):
     """The lock was registered as pending; tags it waits for are still held.
@@ -148,6 +158,8 @@ class AssertiveLock(LockConflict):
     Call ``acquire(filter, lock=err.lock)`` again until it returns the lock. Each such call
     renews the pending entry, so a waiter that stops asking stops blocking others.
     """
+
+    title = "Lock pending"
 
     def __init__(
         self,
@@ -170,6 +182,8 @@ class AssertiveLock(LockConflict):
 class LockNotFound(LockConflict):
     """The lock is no longer on the document: it expired, or was displaced by another holder."""
 
+    title = "Lock not found"
+
     def __init__(
         self,
         message: str,
@@ -187,6 +201,8 @@ class LockNotFound(LockConflict):
 class LockWasReacquired(LockNotFound):
     """A :class:`~docmultilock.WriteLock` is no longer held: it expired or another took it."""
 
+    title = "Lock was reacquired"
+
 
 class IncompatibleLockField(LockError):
     """The document's lock field holds data docmultilock did not write (or a newer layout).
@@ -194,13 +210,19 @@ class IncompatibleLockField(LockError):
     Nothing was written: the library never overwrites what it does not own.
     """
 
+    title = "Incompatible lock field"
+
 
 class DbError(LockError):
     """The database operation failed; the original pymongo error is ``__cause__``."""
 
+    title = "Database error"
+
 
 class DbTimeout(DbError, TimeoutError):
     """The database operation did not finish within ``timeout``."""
+
+    title = "Database timeout"
 
     status_code = 504
 

@@ -265,3 +265,9 @@ def test_expiry_is_stamped_by_the_server_not_the_client(
     stored = stored_lock(collection)["holders"][0]
     assert stored["expires"].replace(tzinfo=timezone.utc) == lock.expires_at
     assert abs(lock.acquired_at - datetime.now(timezone.utc)) < timedelta(minutes=5)
+
+
+@pytest.mark.parametrize("value", [2**70, object()], ids=["int-beyond-64-bits", "object"])
+def test_a_filter_bson_cannot_carry_is_refused(locks: Manager, doc: Doc, value: Any) -> None:
+    with pytest.raises(InvalidArgument, match="cannot be sent"):
+        take(locks, {"_id": value})

@@ -1,0 +1,53 @@
+"""The examples run as scripts against the test server and say what the docs say they do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from docmultilock.testing import URI_VARIABLE
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, uri: str) -> str:
+    """Run ``examples/<name>`` with the test server's URI; return its output."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        env={**os.environ, URI_VARIABLE: uri},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_quickstart_shows_the_write_lock_then_the_readers_and_writer(uri: str) -> None:
+    lines = run_example("quickstart.py", uri).splitlines()
+
+    assert "guarded write while held: matched 1" in lines
+    assert any(
+        line.startswith("second acquire refused: LockAlreadyTaken (HTTP 409)") for line in lines
+    )
+    assert "guarded write after release: matched 0" in lines
+    assert "writer registered as pending, waits for ('read',)" in lines
+    assert "new reader refused while the writer waits for ('write',)" in lines
+    assert any(line.startswith("writer granted") and "pending=False" in line for line in lines)
+    assert lines[-1] == "order now: {'_id': 1, 'status': 'paid', 'total': 10}"
+
+
+def test_web_example_answers_conflicts_with_problem_json(uri: str) -> None:
+    lines = run_example("web_werkzeug.py", uri).splitlines()
+
+    assert lines[0] == "POST /orders/1/lock -> 201 application/json"
+    assert lines[2] == "POST /orders/1/lock -> 409 application/problem+json"
+    assert lines[3].startswith("  editor B: Lock already taken (LockAlreadyTaken): ")
+    assert "  saved: {'_id': 1, 'status': 'paid', 'total': 10}" in lines
+    assert "  stale lock: LockWasReacquired" in lines
+    assert "POST /orders/2/lock -> 404 application/problem+json" in lines
+    assert "POST /orders/%7B%22$ne%22:null%7D/lock -> 404 text/html" in lines
+    assert f"POST /orders/{2**64}/lock -> 404 text/html" in lines

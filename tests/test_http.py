@@ -1,0 +1,339 @@
+"""docmultilock.http: problem details, and the werkzeug and Starlette error factories."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+import starlette.exceptions
+import werkzeug.exceptions
+from bson import ObjectId
+from pymongo.collection import Collection
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message
+
+from docmultilock import (
+    AssertiveLock,
+    DbError,
+    DbTimeout,
+    IncompatibleLockField,
+    Lock,
+    LockAlreadyTaken,
+    LockConflict,
+    LockError,
+    LockSchema,
+    LockWasReacquired,
+    ResourceNotFound,
+    WriteLock,
+)
+from docmultilock.http import PROBLEM_JSON, starlette_error, to_problem, werkzeug_error
+from docmultilock.options import ErrorFactory
+
+Doc = dict[str, Any]
+
+OID = ObjectId("65f0c0ffee0000000000abcd")
+PENDING = Lock(
+    id="0123456789abcdef0123456789abcdef",
+    tag="write",
+    document_id=OID,
+    acquired_at=datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+    expires_at=datetime(2025, 1, 2, 3, 4, 15, tzinfo=timezone.utc),
+    fence=0,
+    pending=True,
+)
+
+#: One of each error a lock operation raises, as it would be raised.
+ERRORS: list[LockError] = [
+    LockAlreadyTaken("the document is locked", filter={"_id": OID}, blocking_tags=("write",)),
+    AssertiveLock("waiting for read", filter={"_id": OID}, lock=PENDING, blocking_tags=("read",)),
+    LockWasReacquired("the lock is gone", filter={"_id": 1}, lock=PENDING),
+    ResourceNotFound("no document matches", filter={"_id": 1}),
+    IncompatibleLockField("lock holds a string", filter={"_id": 1}),
+    DbError("acquire failed: AutoReconnect: db1.internal:27017", filter={"_id": 1}),
+    DbTimeout("acquire failed: timed out", filter={"_id": 1}),
+]
+
+
+class TeapotLock(LockConflict):
+    """A user's own error with a status werkzeug has no class for."""
+
+    status_code = 499
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of a werkzeug or Starlette HTTP exception."""
+    if isinstance(exc, werkzeug.exceptions.HTTPException):
+        assert exc.code is not None
+        return exc.code
+    assert isinstance(exc, starlette.exceptions.HTTPException)
+    return exc.status_code
+
+
+FACTORIES = [
+    pytest.param(werkzeug_error, id="werkzeug"),
+    pytest.param(starlette_error, id="starlette"),
+]
+
+
+# to_problem
+
+
+def test_problem_has_the_standard_members_then_the_error_data() -> None:
+    err = LockAlreadyTaken("the document is locked", filter={"_id": OID}, blocking_tags=("write",))
+
+    assert to_problem(err) == {
+        "type": "urn:docmultilock:error:LockAlreadyTaken",
+        "title": "Lock already taken",
+        "status": 409,
+        "detail": "the document is locked",
+        "code": "LockAlreadyTaken",
+        "filter": {"_id": {"$oid": str(OID)}},
+        "blocking_tags": ["write"],
+    }
+
+
+def test_problem_of_an_assertive_lock_carries_the_pending_lock_to_continue_with() -> None:
+    err = AssertiveLock("waiting for read", lock=PENDING, blocking_tags=("read",))
+
+    problem = json.loads(json.dumps(to_problem(err)))
+
+    assert problem["status"] == 409
+    assert problem["title"] == "Lock pending"
+    assert problem["blocking_tags"] == ["read"]
+    assert LockSchema().load(problem["lock"]) == PENDING
+
+
+def test_problem_of_a_lost_lock_names_its_id() -> None:
+    problem = to_problem(LockWasReacquired("the lock is gone", lock=PENDING))
+
+    assert problem["title"] == "Lock was reacquired"
+    assert problem["lock_id"] == PENDING.id
+
+
+def test_problem_of_a_missing_document_is_404() -> None:
+    problem = to_problem(ResourceNotFound("no document matches", filter={"_id": 1}))
+
+    assert (problem["status"], problem["title"], problem["detail"]) == (
+        404,
+        "Document not found",
+        "no document matches",
+    )
+    assert problem["filter"] == {"_id": 1}
+
+
+@pytest.mark.parametrize("err", [e for e in ERRORS if e.status_code >= 500], ids=repr)
+def test_problem_of_a_server_error_keeps_its_message_and_filter_from_the_client(
+    err: LockError,
+) -> None:
+    problem = to_problem(err)
+
+    assert problem.keys() == {"type", "title", "status", "detail", "code"}
+    assert (problem["type"], problem["status"], problem["code"]) == (
+        f"urn:docmultilock:error:{err.code}",
+        err.status_code,
+        err.code,
+    )
+    assert problem["detail"] == "The server could not complete the lock operation."
+
+
+def test_problem_of_a_timeout_is_504() -> None:
+    problem = to_problem(DbTimeout("acquire failed: timed out"))
+
+    assert (problem["status"], problem["title"]) == (504, "Database timeout")
+
+
+def test_problem_of_a_subclass_takes_its_nearest_ancestors_title() -> None:
+    problem = to_problem(TeapotLock("busy"))
+
+    assert problem["type"] == "urn:docmultilock:error:TeapotLock"
+    assert (problem["title"], problem["status"]) == ("Lock conflict", 499)
+
+
+def test_problem_never_repeats_status_and_message_as_extension_members() -> None:
+    for err in ERRORS:
+        assert not {"status_code", "message"} & to_problem(err).keys()
+
+
+@pytest.mark.parametrize("err", ERRORS, ids=repr)
+def test_problem_is_json_serialisable(err: LockError) -> None:
+    problem = to_problem(err)
+
+    assert json.loads(json.dumps(problem)) == problem
+
+
+# werkzeug_error
+
+
+def test_werkzeug_error_is_werkzeugs_class_for_the_status() -> None:
+    assert isinstance(werkzeug_error(LockAlreadyTaken("locked")), werkzeug.exceptions.Conflict)
+    assert isinstance(werkzeug_error(ResourceNotFound("gone")), werkzeug.exceptions.NotFound)
+    assert isinstance(werkzeug_error(DbTimeout("slow")), werkzeug.exceptions.GatewayTimeout)
+
+
+def test_werkzeug_error_answers_problem_json() -> None:
+    err = LockAlreadyTaken("the document is locked", filter={"_id": 1}, blocking_tags=("write",))
+
+    response = werkzeug_error(err).get_response()
+
+    assert response.status_code == 409
+    assert response.headers["Content-Type"] == PROBLEM_JSON
+    assert json.loads(response.get_data()) == to_problem(err)
+
+
+def test_werkzeug_error_describes_itself_with_the_problem_detail() -> None:
+    assert werkzeug_error(LockAlreadyTaken("locked")).description == "locked"
+    assert werkzeug_error(DbError("db1.internal down")).description == (
+        "The server could not complete the lock operation."
+    )
+
+
+def test_werkzeug_error_for_a_status_without_a_werkzeug_class_keeps_the_status() -> None:
+    exc = werkzeug_error(TeapotLock("busy"))
+
+    assert exc.code == 499
+    assert exc.get_response().status_code == 499
+
+
+def test_werkzeug_error_names_the_package_when_werkzeug_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "werkzeug.exceptions", None)
+
+    with pytest.raises(ImportError, match="pip install werkzeug"):
+        werkzeug_error(LockAlreadyTaken("locked"))
+
+
+# starlette_error
+
+
+def test_starlette_error_has_the_status_and_the_problem_as_detail() -> None:
+    err = LockAlreadyTaken("the document is locked", blocking_tags=("write",))
+
+    exc = starlette_error(err)
+
+    assert isinstance(exc, starlette.exceptions.HTTPException)
+    assert exc.status_code == 409
+    detail: Any = exc.detail  # typed str by Starlette; a dict here, for FastAPI's handler
+    assert detail == to_problem(err)
+
+
+def test_starlette_error_for_a_missing_document_is_404() -> None:
+    assert starlette_error(ResourceNotFound("gone")).status_code == 404
+
+
+def test_starlette_error_names_the_package_when_starlette_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "starlette.exceptions", None)
+
+    with pytest.raises(ImportError, match="pip install starlette"):
+        starlette_error(LockAlreadyTaken("locked"))
+
+
+# With a real lock
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_a_taken_lock_raises_the_frameworks_409_caused_by_lock_already_taken(
+    collection: Collection[Doc], doc: Doc, factory: ErrorFactory
+) -> None:
+    locks = WriteLock(collection, error_factory=factory)
+    locks.acquire(doc)
+
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - the type depends on the factory
+        locks.acquire(doc)
+
+    assert type(raised.value) is type(factory(LockAlreadyTaken("")))
+    assert status_of(raised.value) == 409
+    assert isinstance(raised.value.__cause__, LockAlreadyTaken)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_a_missing_document_raises_the_frameworks_404(
+    collection: Collection[Doc], factory: ErrorFactory
+) -> None:
+    locks = WriteLock(collection, error_factory=factory)
+
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - the type depends on the factory
+        locks.acquire({"_id": "no such order"})
+
+    assert status_of(raised.value) == 404
+    assert isinstance(raised.value.__cause__, ResourceNotFound)
+
+
+def test_releasing_a_lost_lock_answers_409_problem_json(
+    collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = WriteLock(collection, error_factory=werkzeug_error)
+    lock = locks.acquire(doc)
+    locks.release(doc, lock)
+
+    with pytest.raises(werkzeug.exceptions.Conflict) as raised:
+        locks.release(doc, lock)
+
+    assert isinstance(raised.value.__cause__, LockWasReacquired)
+    problem = json.loads(raised.value.get_response().get_data())
+    assert (problem["code"], problem["lock_id"]) == ("LockWasReacquired", lock.id)
+
+
+def test_a_starlette_app_answers_lock_errors_with_the_documented_handler(
+    collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = WriteLock(collection)
+    locks.acquire(doc)
+
+    def edit(request: Request) -> Response:
+        locks.acquire(doc)
+        return Response("edited")  # pragma: no cover - the document is locked
+
+    async def on_lock_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, LockError)
+        return JSONResponse(to_problem(exc), exc.status_code, media_type=PROBLEM_JSON)
+
+    app = Starlette(
+        routes=[Route("/edit", edit, methods=["POST"])],
+        exception_handlers={LockError: on_lock_error},
+    )
+    status, headers, body = asyncio.run(post(app, "/edit"))
+
+    assert status == 409
+    assert headers["content-type"] == PROBLEM_JSON
+    assert json.loads(body)["code"] == "LockAlreadyTaken"
+
+
+async def post(app: ASGIApp, path: str) -> tuple[int, dict[str, str], bytes]:
+    """Send one empty POST straight to an ASGI app (Starlette's TestClient wants httpx2)."""
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "server": ("testserver", 80),
+        "client": ("testclient", 50000),
+    }
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], headers, body
