@@ -31,6 +31,8 @@ from docmultilock.errors import (
     ResourceNotFound,
 )
 
+#: The installed version of docmultilock.
+__version__: str
 try:
     __version__ = version("docmultilock")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree

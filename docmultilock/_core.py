@@ -98,24 +98,26 @@ def _renew(changes: Expr) -> Expr:
     }
 
 
-def _with_live_state(field: str, decide: Expr) -> Expr:
-    """Bind ``$$live`` (unexpired holders) and ``$$fence0``, or keep a foreign field as it is.
+#: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
+#: object with our layout version whose holders, if any, are an array. Anything else is
+#: left exactly as it is. The projection evaluates the same expression, so the pipeline
+#: and the reader can never disagree about a field.
+_OURS: Expr = {
+    "$or": [
+        {"$eq": ["$$st", None]},
+        {
+            "$and": [
+                {"$eq": [{"$type": "$$st"}, "object"]},
+                {"$eq": ["$$st.v", LAYOUT_VERSION]},
+                {"$isArray": {"$ifNull": ["$$st.holders", []]}},
+            ]
+        },
+    ]
+}
 
-    The field is ours when it is missing, null, or an object with our layout version; any
-    other value is returned unchanged, so the update writes nothing.
-    """
-    ours = {
-        "$or": [
-            {"$eq": ["$$st", None]},
-            {
-                "$and": [
-                    {"$eq": [{"$type": "$$st"}, "object"]},
-                    {"$eq": ["$$st.v", LAYOUT_VERSION]},
-                    {"$in": [{"$type": "$$st.holders"}, ["missing", "array"]]},
-                ]
-            },
-        ]
-    }
+
+def _with_live_state(field: str, decide: Expr) -> Expr:
+    """Bind ``$$live`` (unexpired holders) and ``$$fence0``, or keep a foreign field as it is."""
     live = {
         "$filter": {
             "input": {"$ifNull": ["$$st.holders", []]},
@@ -128,7 +130,7 @@ def _with_live_state(field: str, decide: Expr) -> Expr:
             "vars": {"st": field_or_null(field)},
             "in": {
                 "$cond": [
-                    ours,
+                    _OURS,
                     {
                         "$let": {
                             "vars": {"live": live, "fence0": {"$ifNull": ["$$st.fence", 0]}},
@@ -268,8 +270,10 @@ class LockCore:
         self._acquire = {tag: _acquire_body(field, rules, tag) for tag in rules.tags}
         self._release = _release_body(field)
         self._extend = _extend_body(field)
-        holders = {"$ifNull": [f"${field}.holders", []]}
+        # A foreign field may hold anything; only ever iterate over an actual array.
+        holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
+        self._ours = {"$let": {"vars": {"st": field_or_null(field)}, "in": _OURS}}
         self._acquire_tags = {"$setUnion": [each(holders, "tag")]}
 
     # -- building -------------------------------------------------------------------
@@ -281,6 +285,7 @@ class LockCore:
     def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
         projection: dict[str, Any] = {
             "_id": 1,
+            "ours": self._ours,
             "t": {"$type": f"${self.field}"},
             "v": f"${self.field}.v",
             "mine": {
@@ -370,14 +375,11 @@ class LockCore:
             raise ResourceNotFound(
                 f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
             )
-        kind = reply.get("t")
-        if kind not in ("missing", "null") and not (
-            kind == "object" and reply.get("v") == LAYOUT_VERSION
-        ):
+        if not reply.get("ours"):
             raise IncompatibleLockField(
                 f"field {self.field!r} of document {reply.get('_id')!r} holds data "
-                f"docmultilock does not own (type {kind!r}, version {reply.get('v')!r}); "
-                "nothing was written",
+                f"docmultilock does not own (type {reply.get('t')!r}, version "
+                f"{reply.get('v')!r}); nothing was written",
                 filter=user_filter,
             )
         mine = reply.get("mine") or []

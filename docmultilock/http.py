@@ -61,13 +61,15 @@ def to_problem(err: LockError) -> dict[str, Any]:
 
     Standard members: ``type`` (``urn:docmultilock:error:<code>``), ``title`` (``err.title``,
     fixed per error class), ``status`` (``err.status_code``) and ``detail`` (``err.message``).
-    The data of :meth:`LockError.to_dict` follows as extension members: ``code`` always, then
-    ``filter``, ``blocking_tags``, ``lock`` or ``lock_id`` as the error carries them.
+    The data of :meth:`~docmultilock.LockError.to_dict` follows as extension members:
+    ``code`` always, then ``filter``, ``blocking_tags``, ``lock`` or ``lock_id`` as the error
+    carries them.
 
-    A server-side failure (status 5xx: :class:`DbError`, :class:`IncompatibleLockField`) is
-    not the client's to fix, and its message can name database hosts and internals; its
-    problem keeps only ``code`` and a fixed ``detail``. The full error stays on the raised
-    exception (``__cause__`` with an ``error_factory``) for the server's logs.
+    A server-side failure (status 5xx: :class:`~docmultilock.DbError`,
+    :class:`~docmultilock.IncompatibleLockField`) is not the client's to fix, and its message
+    can name database hosts and internals; its problem keeps only ``code`` and a fixed
+    ``detail``. The full error stays on the raised exception (``__cause__`` with an
+    ``error_factory``) for the server's logs.
 
     ::
 

@@ -1,9 +1,9 @@
 """Validation of every option, once, into immutable values.
 
-Constructor options go through marshmallow schemas so that one :class:`InvalidConfiguration`
-names every problem at once. Per-call overrides (``lock_timeout=``, ``timeout=``, ``w=``) go
-through the same parsing functions, raising :class:`InvalidArgument` before anything is
-written.
+Constructor options go through marshmallow schemas so that one
+:class:`~docmultilock.InvalidConfiguration` names every problem at once. Per-call overrides
+(``lock_timeout=``, ``timeout=``, ``w=``) go through the same parsing functions, raising
+:class:`~docmultilock.InvalidArgument` before anything is written.
 """
 
 from __future__ import annotations
@@ -126,10 +126,17 @@ class _OptionsSchema(marshmallow.Schema):
         if value is not None and not callable(value):
             raise marshmallow.ValidationError("must be callable or None")
 
-    @marshmallow.validates_schema(skip_on_field_errors=True)
-    def _table(self, data: dict[str, Any], **kwargs: Any) -> None:
-        relationships = data["lock_relationships"]
-        tags = set(relationships) | set(data["lock_timeouts"])
+    @marshmallow.validates_schema(pass_original=True, skip_on_field_errors=False)
+    def _table(self, data: dict[str, Any], original: dict[str, Any], **kwargs: Any) -> None:
+        # Runs even when other fields failed, so one error names every problem. Declared
+        # tags come from the raw lock_timeouts keys: a bad duration must not also make its
+        # tag look undeclared.
+        relationships = data.get("lock_relationships")
+        if relationships is None:  # its own errors are already reported
+            return
+        raw_timeouts = original.get("lock_timeouts")
+        timed = set(raw_timeouts) if isinstance(raw_timeouts, Mapping) else set()
+        tags = set(relationships) | {tag for tag in timed if isinstance(tag, str)}
         problems = check_relationships(tags, relationships)
         if not tags:
             problems.append("at least one tag must be declared")

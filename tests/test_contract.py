@@ -167,7 +167,10 @@ def _fields(lock: Lock) -> dict[str, Any]:
 # -- the lock field belongs to the lock, and nothing else is overwritten -------------------
 
 
-@pytest.mark.parametrize("foreign", ["mine", 7, {"owner": "bob"}, {"v": 2, "holders": []}, []])
+@pytest.mark.parametrize(
+    "foreign",
+    ["mine", 7, {"owner": "bob"}, {"v": 2, "holders": []}, [], {"v": 1, "holders": "x"}],
+)
 def test_a_field_holding_foreign_data_is_never_overwritten(
     locks: Manager, collection: Collection[Doc], foreign: Any
 ) -> None:
@@ -175,6 +178,15 @@ def test_a_field_holding_foreign_data_is_never_overwritten(
     with pytest.raises(IncompatibleLockField):
         take(locks, {"_id": 1})
     assert stored_lock(collection) == foreign
+
+
+@pytest.mark.parametrize("husk", [{"v": 1}, {"v": 1.0, "fence": 4}, {"v": 1, "holders": []}])
+def test_a_lock_field_of_our_layout_without_holders_is_unlocked(
+    locks: Manager, collection: Collection[Doc], husk: Doc
+) -> None:
+    collection.insert_one({"_id": 1, "lock": husk})
+    lock = take(locks, {"_id": 1})
+    assert lock.fence == husk.get("fence", 0) + 1
 
 
 def test_a_null_lock_field_counts_as_unlocked(locks: Manager, collection: Collection[Doc]) -> None:

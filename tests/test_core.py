@@ -50,7 +50,7 @@ def test_each_update_sets_the_lock_field_and_nothing_else(plan: Any) -> None:
 
 @pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
 def test_each_projection_returns_no_user_field(plan: Any) -> None:
-    assert set(plan.command.projection) <= {"_id", "t", "v", "mine", "tags"}
+    assert set(plan.command.projection) <= {"_id", "ours", "t", "v", "mine", "tags"}
 
 
 def test_continuing_uses_the_pending_locks_id() -> None:
@@ -83,7 +83,7 @@ def test_a_missing_document_reads_as_resource_not_found() -> None:
 
 def test_a_foreign_field_reads_as_incompatible() -> None:
     with pytest.raises(IncompatibleLockField):
-        plans()[0].read({"_id": 1, "t": "object", "v": 2, "mine": [], "tags": []})
+        plans()[0].read({"_id": 1, "ours": False, "t": "object", "v": 2, "mine": [], "tags": []})
 
 
 def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
@@ -95,7 +95,7 @@ def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
         "acquired": datetime(2026, 1, 1),
         "expires": datetime(2026, 1, 2),
     }
-    reply = {"_id": 1, "t": "object", "v": 1, "mine": [entry], "tags": ["read"]}
+    reply = {"_id": 1, "ours": True, "t": "object", "v": 1, "mine": [entry], "tags": ["read"]}
     lock = CORE.to_lock(entry, 1)
     assert lock.acquired_at.tzinfo is timezone.utc
     assert lock.pending

@@ -70,6 +70,19 @@ def test_every_problem_is_named_at_once(collection: Collection[Doc]) -> None:
     assert set(problems(exc)) == {"lock_timeout", "timeout", "w", "field"}
 
 
+def test_table_problems_are_named_beside_field_problems(collection: Collection[Doc]) -> None:
+    with pytest.raises(InvalidConfiguration) as exc:
+        MultiLock(
+            collection,
+            lock_timeout=0,
+            lock_timeouts={"a": 0, "b": 1.0},
+            lock_relationships={"a": {"assertive": ["b"]}, "b": {"assertive": ["a"]}},
+        )
+    assert set(problems(exc)) == {"lock_timeout", "lock_timeouts", "lock_relationships"}
+    assert "cycle" in str(problems(exc)["lock_relationships"])
+    assert "undeclared" not in str(exc.value)
+
+
 def test_unknown_relationship_keys_are_refused(collection: Collection[Doc]) -> None:
     with pytest.raises(InvalidConfiguration) as exc:
         MultiLock(collection, lock_relationships={"read": {"cooprative": ["read"]}})

@@ -1,0 +1,57 @@
+"""Sphinx configuration for the docmultilock documentation (MyST Markdown, autodoc)."""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+# Document the source tree next to this file even when it is not installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+project = "docmultilock"
+author = "The docmultilock developers"
+copyright = "the docmultilock developers"  # noqa: A001 - the name Sphinx reads
+try:
+    release = version("docmultilock")
+except PackageNotFoundError:
+    release = "0+unknown"
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+# The docs env (tox's `docs` extra) has no pytest; only the plugin module's docstring is used.
+autodoc_mock_imports = ["pytest"]
+
+html_theme = "alabaster"
+html_title = f"docmultilock {release}"
+
+# There is no intersphinx (the docs build offline), so references to the standard library
+# and to pymongo in signatures cannot resolve. Ignore exactly those names, nothing broader,
+# so that any other broken reference still fails the build.
+nitpick_ignore = [
+    ("py:class", "collections.abc.Callable"),
+    ("py:class", "collections.abc.Iterator"),
+    ("py:class", "collections.abc.Mapping"),
+    ("py:class", "datetime.datetime"),
+    ("py:class", "datetime.timedelta"),
+    ("py:class", "os.PathLike"),
+    ("py:class", "pymongo.MongoClient"),
+    ("py:class", "pymongo.synchronous.collection.Collection"),
+    # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
+    ("py:class", "StarletteHTTPException"),
+    ("py:class", "WerkzeugHTTPException"),
+]
