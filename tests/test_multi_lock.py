@@ -17,6 +17,7 @@ from docmultilock import (
     LockNotFound,
     LockWasReacquired,
     MultiLock,
+    WriteLock,
 )
 from tests.helpers import USER_FIELDS, stored_lock, user_fields, wait_until
 
@@ -434,3 +435,41 @@ def test_extend_refuses_a_pending_lock(rw_lock: MultiLock, doc: Doc) -> None:
     pending = pending_of(rw_lock, doc, "write")
     with pytest.raises(InvalidArgument, match="pending"):
         rw_lock.extend(doc, pending)
+
+
+# -- bad arguments ----------------------------------------------------------------------
+
+
+def test_an_undeclared_tag_is_refused_before_anything_is_written(
+    rw_lock: MultiLock, doc: Doc, collection: Collection[Doc]
+) -> None:
+    with pytest.raises(InvalidArgument, match="undeclared tag 'wirte'"):
+        rw_lock.acquire(doc, tag="wirte")
+    assert stored_lock(collection) is None
+
+
+def test_tag_and_lock_together_are_refused(
+    rw_lock: MultiLock, doc: Doc, collection: Collection[Doc]
+) -> None:
+    lock = rw_lock.acquire(doc, tag="read")
+    before = stored_lock(collection)
+    with pytest.raises(InvalidArgument, match="exactly one of tag"):
+        rw_lock.acquire(doc, tag="read", lock=lock)
+    assert stored_lock(collection) == before
+
+
+def test_neither_tag_nor_lock_is_refused(
+    rw_lock: MultiLock, doc: Doc, collection: Collection[Doc]
+) -> None:
+    with pytest.raises(InvalidArgument, match="exactly one of tag"):
+        rw_lock.acquire(doc)
+    assert stored_lock(collection) is None
+
+
+def test_a_lock_of_a_tag_the_manager_does_not_declare_is_refused(
+    collection: Collection[Doc], doc: Doc
+) -> None:
+    reader = MultiLock(collection).acquire(doc, tag="read")
+    exclusive = WriteLock(collection)
+    with pytest.raises(InvalidArgument, match="'read'"):
+        exclusive.release(doc, reader)

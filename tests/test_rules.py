@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from docmultilock._rules import READ_WRITE, build_rules, check_relationships
 
 
@@ -52,3 +55,27 @@ def test_tags_without_relationships_are_declared_by_their_lifetime() -> None:
     assert rules.tags == {"read", "write", "audit"}
     assert rules.cooperative["audit"] == frozenset()
     assert rules.lifetime_ms == {"audit": 5000, "read": 10000, "write": 10000}
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from("abcde"), st.lists(st.sampled_from("abcde"), max_size=4), max_size=5
+    )
+)
+def test_a_cycle_is_reported_exactly_when_the_waits_cannot_be_ordered(
+    waits: dict[str, list[str]],
+) -> None:
+    table = {tag: {"assertive": [o for o in others if o != tag]} for tag, others in waits.items()}
+    reported = any("cycle" in p for p in check_relationships("abcde", table))
+    assert reported == (not _orderable(table))
+
+
+def _orderable(table: dict[str, dict[str, list[str]]]) -> bool:
+    """Kahn's algorithm: the waits can be ordered iff repeatedly removing sinks empties them."""
+    edges = {tag: set(kinds["assertive"]) for tag, kinds in table.items()}
+    while edges:
+        sinks = {tag for tag, targets in edges.items() if not targets & set(edges)}
+        if not sinks:
+            return False
+        edges = {tag: targets for tag, targets in edges.items() if tag not in sinks}
+    return True
