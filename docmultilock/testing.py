@@ -123,8 +123,14 @@ class EmbeddedServer:
         fd, name = tempfile.mkstemp(prefix="docmultilock-server-", suffix=".log")
         self._log_path = Path(name)
         with os.fdopen(fd, "wb") as log:
+            # A session of its own: a Ctrl-C meant for the caller must not stop the server
+            # before the caller has cleaned up; stop() alone ends it.
             self._process = subprocess.Popen(
-                self._command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self._command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         try:
             self._wait_until_ready()

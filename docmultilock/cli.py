@@ -1,0 +1,173 @@
+"""The ``docmultilock`` command line; one subcommand for now, ``demo``.
+
+:func:`main` parses the arguments and runs the subcommand. It returns the exit status and
+never exits itself (the console script and ``python -m docmultilock`` do)::
+
+    docmultilock demo                        # on a fresh embedded server
+    docmultilock demo --uri mongodb://db.example:27017 --workers 8 --seconds 20
+
+Exit status: 0 when all went well, 1 when the command failed (for ``demo``: any
+mutual-exclusion violation or worker error), 2 for a usage error, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+
+from docmultilock import __version__
+from docmultilock._demo import DemoSettings, run_demo
+from docmultilock.testing import URI_VARIABLE, EmbeddedServerError, mongodb_uri
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """Make an argparse type for a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
+    if not 0 < value <= 3600:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, not {text}")
+    return value
+
+
+def _add_server_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--uri",
+        help=(
+            f"MongoDB connection string to run against; by default ${URI_VARIABLE} if set, "
+            "else a fresh embedded server (needs the 'embedded' extra)"
+        ),
+    )
+
+
+def hosts(uri: str) -> str:
+    """Return the hosts part of a MongoDB URI: no credentials or options, safe to print."""
+    match = re.match(r"^mongodb(?:\+srv)?://(?:[^@/]*@)?([^/?]*)", uri)
+    return match.group(1) if match else "the server given"
+
+
+@contextlib.contextmanager
+def _server(uri: str | None) -> Iterator[tuple[str, str]]:
+    """Yield the URI to use and how to name it in output (hosts only, no credentials)."""
+    if uri:
+        yield uri, hosts(uri)
+        return
+    given = os.environ.get(URI_VARIABLE)
+    if not given:
+        print("starting the embedded server ...", file=sys.stderr, flush=True)
+    with mongodb_uri() as found:
+        yield (
+            found,
+            f"{hosts(found)}, from ${URI_VARIABLE}" if given else f"embedded, {hosts(found)}",
+        )
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    try:
+        with _server(args.uri) as (uri, where):
+            settings = DemoSettings(
+                uri=uri,
+                server=where,
+                workers=args.workers,
+                documents=args.documents,
+                seconds=args.seconds,
+                seed=args.seed,
+            )
+            return run_demo(settings)
+    except EmbeddedServerError as exc:
+        print(f"docmultilock demo: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="race worker processes for read and write locks and check mutual exclusion",
+        description=(
+            "Start worker processes that take read and write locks on a few documents: "
+            "writers change a document in two steps under the lock, readers check they never "
+            "see it half-written. Shows live progress, then a summary; exits 1 on any "
+            "mutual-exclusion violation or worker error."
+        ),
+    )
+    _add_server_option(demo)
+    demo.add_argument(
+        "--workers",
+        type=_count(1, 64),
+        default=4,
+        metavar="N",
+        help="worker processes (1-64; default 4)",
+    )
+    demo.add_argument(
+        "--documents",
+        type=_count(1, 1000),
+        default=3,
+        metavar="N",
+        help="documents they share (1-1000; default 3)",
+    )
+    demo.add_argument(
+        "--seconds",
+        type=_seconds,
+        default=8.0,
+        metavar="S",
+        help="how long the workers race (default 8)",
+    )
+    demo.add_argument(
+        "--seed", type=int, help="seed for the workers' random choices (default: random)"
+    )
+    demo.set_defaults(handler=_run_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser: one subparser per subcommand, each naming its ``handler``."""
+    parser = argparse.ArgumentParser(
+        prog="docmultilock",
+        description="Document-level locks on MongoDB: tools around the library.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    _add_demo(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    ::
+
+        sys.exit(main(["demo", "--seconds", "3"]))
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
