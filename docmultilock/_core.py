@@ -288,12 +288,7 @@ class LockCore:
             "ours": self._ours,
             "t": {"$type": f"${self.field}"},
             "v": f"${self.field}.v",
-            "mine": {
-                "$filter": {
-                    "input": self._holders,
-                    "cond": {"$eq": ["$$this.id", literal(lock_id)]},
-                }
-            },
+            "mine": {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}},
         }
         if with_tags:
             projection["tags"] = self._acquire_tags

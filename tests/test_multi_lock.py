@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timezone
 from typing import Any
 
 import pytest
@@ -473,3 +474,13 @@ def test_a_lock_of_a_tag_the_manager_does_not_declare_is_refused(
     exclusive = WriteLock(collection)
     with pytest.raises(InvalidArgument, match="'read'"):
         exclusive.release(doc, reader)
+
+
+def test_the_stored_expiry_is_the_latest_holders(
+    rw_lock: MultiLock, doc: Doc, collection: Collection[Doc]
+) -> None:
+    long = rw_lock.acquire(doc, tag="read", lock_timeout=60.0)
+    short = rw_lock.acquire(doc, tag="read", lock_timeout=5.0)
+    assert stored_lock(collection)["expires"].replace(tzinfo=timezone.utc) == long.expires_at
+    rw_lock.release(doc, long)
+    assert stored_lock(collection)["expires"].replace(tzinfo=timezone.utc) == short.expires_at
