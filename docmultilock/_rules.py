@@ -10,20 +10,20 @@ answer both take their tag sets from a :class:`TagRules`, so the rules exist in 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["READ_WRITE", "WRITE_ONLY", "TagRules", "check_relationships"]
 
 #: The classic readers-writer table: readers share, a writer excludes writers and waits
 #: for readers to drain while new readers are refused (writer preference).
-READ_WRITE: Mapping[str, Mapping[str, list[str]]] = {
+READ_WRITE: Mapping[str, Mapping[str, Sequence[str]]] = {
     "read": {"cooperative": ["write"]},
     "write": {"cooperative": ["write"], "assertive": ["read"]},
 }
 
 #: The WriteLock table: one tag, exclusive with itself.
-WRITE_ONLY: Mapping[str, Mapping[str, list[str]]] = {"write": {"cooperative": ["write"]}}
+WRITE_ONLY: Mapping[str, Mapping[str, Sequence[str]]] = {"write": {"cooperative": ["write"]}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from bson.errors import InvalidDocument
@@ -216,7 +216,7 @@ class MultiLock(_LockManager):
         collection: Collection[Any],
         *,
         lock_timeouts: Mapping[str, Duration] | None = None,
-        lock_relationships: Mapping[str, Mapping[str, list[str]]] | None = None,
+        lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
         lock_timeout: Duration = 10.0,
         timeout: Duration | None = 10.0,
         w: int | str = "majority",

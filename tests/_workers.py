@@ -61,3 +61,11 @@ def contend(uri: str, db: str, coll: str, seconds: float, seed: int) -> dict[str
     finally:
         client.close()
     return counts
+
+
+def hold_read_lock(uri: str, db: str, coll: str, lifetime: float, ready: Any) -> None:
+    """Take a read lock, say so, then hang until killed: a reader that dies holding it."""
+    client: MongoClient[Doc] = MongoClient(uri, timeoutMS=30_000)
+    MultiLock(client[db][coll], lock_timeouts={"read": lifetime}).acquire({"_id": 1}, tag="read")
+    ready.set()
+    time.sleep(3600)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
 from typing import Any
 
 import pytest
 from pymongo.collection import Collection
 
-from tests._workers import contend
+from docmultilock import AssertiveLock, MultiLock
+from tests._workers import contend, hold_read_lock
 
 Doc = dict[str, Any]
 
@@ -37,3 +39,36 @@ def test_readers_and_writers_in_several_processes_exclude_each_other(
     assert final["n"] == total["write"]
     assert (final["w_in"], final["r_in"]) == (0, 0)
     assert final["lock"]["holders"] == []
+
+
+@pytest.mark.slow
+def test_a_writer_gets_through_after_a_reader_process_is_killed(
+    uri: str, collection: Collection[Doc]
+) -> None:
+    collection.insert_one({"_id": 1})
+    spawn = multiprocessing.get_context("spawn")
+    ready = spawn.Event()
+    reader = spawn.Process(
+        target=hold_read_lock, args=(uri, collection.database.name, collection.name, 1.0, ready)
+    )
+    reader.start()
+    try:
+        assert ready.wait(60), "the reader never took its lock"
+        locks = MultiLock(collection, lock_timeouts={"read": 1.0, "write": 10.0})
+        with pytest.raises(AssertiveLock) as exc:
+            locks.acquire({"_id": 1}, tag="write")
+        pending = exc.value.lock
+        reader.kill()  # SIGKILL: the reader never releases
+        reader.join()
+        deadline = time.monotonic() + 5.0
+        while pending.pending:
+            assert time.monotonic() < deadline, "the writer waited on a dead reader"
+            time.sleep(0.05)
+            try:
+                pending = locks.acquire({"_id": 1}, lock=pending)
+            except AssertiveLock as again:
+                pending = again.lock
+    finally:
+        reader.kill()
+        reader.join()
+        reader.close()

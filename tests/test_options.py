@@ -130,3 +130,19 @@ def test_constructing_writes_nothing(collection: Collection[Doc]) -> None:
     WriteLock(collection)
     MultiLock(collection)
     assert collection.name not in collection.database.list_collection_names()
+
+
+def test_relationships_may_be_any_sequence_of_tags(collection: Collection[Doc]) -> None:
+    locks = MultiLock(
+        collection,
+        lock_relationships={
+            "read": {"cooperative": ("write",)},
+            "write": {"cooperative": ("write",)},
+        },
+    )
+    assert locks.options.rules.cooperative["read"] == frozenset({"write"})
+
+
+def test_a_single_string_is_not_a_list_of_tags(collection: Collection[Doc]) -> None:
+    with pytest.raises(InvalidConfiguration, match="list"):
+        MultiLock(collection, lock_relationships={"read": {"cooperative": "write"}, "write": {}})
