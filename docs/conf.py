@@ -46,6 +46,7 @@ nitpick_ignore = [
     ("py:class", "collections.abc.Callable"),
     ("py:class", "collections.abc.Iterator"),
     ("py:class", "collections.abc.Mapping"),
+    ("py:class", "collections.abc.Sequence"),
     ("py:class", "datetime.datetime"),
     ("py:class", "datetime.timedelta"),
     ("py:class", "os.PathLike"),
