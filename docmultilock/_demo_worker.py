@@ -214,8 +214,6 @@ class _Worker:
             self.tally.write_conflicts += 1
             return None
         except AssertiveLock as err:
-            if err.lock is None:
-                raise
             pending = err.lock
         self.tally.waits += 1
         for _ in range(WAIT_TRIES):
