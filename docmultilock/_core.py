@@ -70,6 +70,10 @@ def _state(holders: Expr, fence: Expr) -> Expr:
     }
 
 
+#: Server-now plus the lifetime bound for this call: every expiry the lock writes.
+_EXPIRY: Expr = {"$add": ["$$now", "$$ttl"]}
+
+
 def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
     return {
         "id": "$$id",
@@ -77,19 +81,25 @@ def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
         "pending": pending,
         "fence": fence,
         "acquired": "$$now",
-        "expires": {"$add": ["$$now", "$$ttl"]},
+        "expires": _EXPIRY,
     }
 
 
-def _renew(changes: Expr) -> Expr:
-    """Map over ``$$live``, merging ``changes`` into our own entry only (keeps order and keys)."""
+def _renew(changes: Expr, *, granted_only: bool = False) -> Expr:
+    """Map over ``$$live``, merging ``changes`` into our own entry only (keeps order and keys).
+
+    With ``granted_only``, a pending entry of ours is left as it is.
+    """
+    ours: Expr = {"$eq": ["$$h.id", "$$id"]}
+    if granted_only:
+        ours = {"$and": [ours, {"$eq": ["$$h.pending", False]}]}
     return {
         "$map": {
             "input": "$$live",
             "as": "h",
             "in": {
                 "$cond": [
-                    {"$eq": ["$$h.id", "$$id"]},
+                    ours,
                     {"$mergeObjects": ["$$h", changes]},
                     "$$h",
                 ]
@@ -146,14 +156,13 @@ def _with_live_state(field: str, decide: Expr) -> Expr:
 
 def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
     """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors."""
-    expiry = {"$add": ["$$now", "$$ttl"]}
     granted = {"$add": ["$$fence0", 1]}
     unchanged = _state("$$live", "$$fence0")
     wait = _state(
         {
             "$cond": [
                 "$$has_mine",
-                _renew({"expires": expiry}),
+                _renew({"expires": _EXPIRY}),
                 {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
             ]
         },
@@ -164,7 +173,7 @@ def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
             "$cond": [
                 "$$has_mine",
                 _renew(
-                    {"pending": False, "fence": granted, "acquired": "$$now", "expires": expiry}
+                    {"pending": False, "fence": granted, "acquired": "$$now", "expires": _EXPIRY}
                 ),
                 {"$concatArrays": ["$$live", [_entry(tag, False, granted)]]},
             ]
@@ -217,20 +226,9 @@ def _release_body(field: str) -> Expr:
 
 def _extend_body(field: str) -> Expr:
     # Only a live, granted entry is renewed; an expired one was just pruned with the rest.
-    renewed = {
-        "$map": {
-            "input": "$$live",
-            "as": "h",
-            "in": {
-                "$cond": [
-                    {"$and": [{"$eq": ["$$h.id", "$$id"]}, {"$eq": ["$$h.pending", False]}]},
-                    {"$mergeObjects": ["$$h", {"expires": {"$add": ["$$now", "$$ttl"]}}]},
-                    "$$h",
-                ]
-            },
-        }
-    }
-    return _with_live_state(field, _state(renewed, "$$fence0"))
+    return _with_live_state(
+        field, _state(_renew({"expires": _EXPIRY}, granted_only=True), "$$fence0")
+    )
 
 
 def _pipeline(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -314,7 +312,7 @@ class LockCore:
             projection=self._projection(lock_id, with_tags=True),
             return_after=True,
         )
-        return AcquirePlan(self, command, user_filter, tag, lock_id, continuing)
+        return AcquirePlan(self, command, user_filter, tag, continuing)
 
     def release(self, target: Filter, *, user_filter: Filter, lock: Lock) -> ReleasePlan:
         """Plan the removal of ``lock``'s entry (pruning expired ones on the way)."""
@@ -410,7 +408,6 @@ class AcquirePlan:
     command: Command
     user_filter: Filter
     tag: str
-    lock_id: str
     continuing: Lock | None
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:

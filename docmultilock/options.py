@@ -118,7 +118,7 @@ class _OptionsSchema(marshmallow.Schema):
     lock_timeout = _Parsed(lambda v: parse_lifetime_ms(v, "lock_timeout"), required=True)
     timeout = _Parsed(lambda v: parse_duration(v, "timeout"), allow_none=True, required=True)
     w = _Parsed(parse_write_concern, required=True)
-    field = _Parsed(lambda v: parse_field_name(v), required=True)
+    field = _Parsed(parse_field_name, required=True)
     error_factory = fields.Raw(allow_none=True, load_default=None)
 
     @marshmallow.validates("error_factory")
