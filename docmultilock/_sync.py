@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from bson.errors import InvalidDocument
@@ -71,7 +72,7 @@ class _LockManager:
     def _run(
         self, plan: _Plan[T_co], doing: str, timeout: Duration | None, w: int | str | None
     ) -> T_co:
-        """Send the plan's one command and read its reply; the only place errors leave."""
+        """Send the plan's one command and read its reply; the only place pymongo errors leave."""
         limit = self.options.timeout if timeout is None else parse_duration(timeout, "timeout")
         concern = self.options.w if w is None else parse_write_concern(w)
         command = plan.command
@@ -95,6 +96,14 @@ class _LockManager:
             return plan.read(reply)
         except LockError as err:
             log.debug("%s on %s: %s", doing, self.collection.full_name, err.code)
+            raise
+
+    @contextlib.contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        """Raise ``error_factory(err)`` in place of each LockError leaving a public method."""
+        try:
+            yield
+        except LockError as err:
             factory = self.options.error_factory
             if factory is None:
                 raise
@@ -105,26 +114,42 @@ class _LockManager:
             return self.options.rules.lifetime_ms[tag]
         return parse_lifetime_ms(lock_timeout, "lock_timeout")
 
+    def _locate(self, key: object, lock: Lock | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(user_filter, target)`` for ``key``; with ``lock``, pinned to the lock's document."""
+        user_filter = check_filter(key)
+        if lock is None:
+            return user_filter, user_filter
+        return user_filter, document_target(user_filter, lock.document_id)
+
+    def _check_key(self, key: object) -> None:
+        """Refuse a bad key (a filter here) before any other argument is looked at."""
+        self._locate(key, None)
+
+    # The operations below raise LockErrors as they are; the public methods map them
+    # through ``error_factory`` (``hold()`` needs the originals to decide what to do).
+
     def _acquire(
         self,
-        filter: object,  # noqa: A002
+        key: object,
         tag: object,
         lock: object,
         lock_timeout: Duration | None,
         timeout: Duration | None,
         w: int | str | None,
     ) -> Lock:
-        user_filter = check_filter(filter)
         rules = self.options.rules
+        self._check_key(key)
         if (tag is None) == (lock is None):
             raise InvalidArgument(
                 "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
             )
+        pending: Lock | None
         if lock is not None:
             pending = check_lock(lock, rules)
-            name, target = pending.tag, document_target(user_filter, pending.document_id)
+            name = pending.tag
         else:
-            pending, name, target = None, check_tag(tag, rules), user_filter
+            pending, name = None, check_tag(tag, rules)
+        user_filter, target = self._locate(key, pending)
         plan = self._core.acquire(
             target,
             user_filter=user_filter,
@@ -136,6 +161,38 @@ class _LockManager:
         granted = self._run(plan, "acquire", timeout, w)
         log.debug("acquired %s %s on %r", granted.tag, granted.id, granted.document_id)
         return granted
+
+    def _release(
+        self, key: object, lock: object, timeout: Duration | None, w: int | str | None
+    ) -> None:
+        held = check_lock(lock, self.options.rules)
+        user_filter, target = self._locate(key, held)
+        self._run(
+            self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w
+        )
+
+    def _extend(
+        self,
+        key: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+    ) -> Lock:
+        held = check_lock(lock, self.options.rules, granted=True)
+        user_filter, target = self._locate(key, held)
+        plan = self._core.extend(
+            target,
+            user_filter=user_filter,
+            lock=held,
+            lifetime_ms=self._lifetime(held.tag, lock_timeout),
+        )
+        return self._run(plan, "extend", timeout, w)
+
+    def _guard(self, key: object, lock: object) -> dict[str, Any]:
+        held = check_lock(lock, self.options.rules, granted=True)
+        _, target = self._locate(key, held)
+        return self._core.guard(target, held)
 
     def release(
         self,
@@ -152,12 +209,8 @@ class _LockManager:
         :raises LockNotFound: the lock is gone (:class:`LockWasReacquired` for a WriteLock).
         :raises ResourceNotFound: the document no longer matches ``filter``.
         """
-        user_filter = check_filter(filter)
-        held = check_lock(lock, self.options.rules)
-        target = document_target(user_filter, held.document_id)
-        self._run(
-            self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w
-        )
+        with self._mapped_errors():
+            self._release(filter, lock, timeout, w)
 
     def extend(
         self,
@@ -173,16 +226,8 @@ class _LockManager:
         :raises LockNotFound: the lock expired or was displaced (:class:`LockWasReacquired`
             for a WriteLock); an expired lock cannot be revived.
         """
-        user_filter = check_filter(filter)
-        held = check_lock(lock, self.options.rules, granted=True)
-        target = document_target(user_filter, held.document_id)
-        plan = self._core.extend(
-            target,
-            user_filter=user_filter,
-            lock=held,
-            lifetime_ms=self._lifetime(held.tag, lock_timeout),
-        )
-        return self._run(plan, "extend", timeout, w)
+        with self._mapped_errors():
+            return self._extend(filter, lock, lock_timeout, timeout, w)
 
     def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
         """Return a filter that matches the document only while ``lock`` is still held.
@@ -192,9 +237,7 @@ class _LockManager:
 
             collection.update_one(locks.guard({"_id": 1}, lock), {"$set": {"total": 10}})
         """
-        user_filter = check_filter(filter)
-        held = check_lock(lock, self.options.rules, granted=True)
-        return self._core.guard(document_target(user_filter, held.document_id), held)
+        return self._guard(filter, lock)
 
 
 class MultiLock(_LockManager):
@@ -255,7 +298,8 @@ class MultiLock(_LockManager):
         :raises LockNotFound: the pending ``lock`` given is gone.
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        return self._acquire(filter, tag, lock, lock_timeout, timeout, w)
+        with self._mapped_errors():
+            return self._acquire(filter, tag, lock, lock_timeout, timeout, w)
 
 
 class WriteLock(_LockManager):
@@ -303,4 +347,5 @@ class WriteLock(_LockManager):
         :raises LockAlreadyTaken: another holder has it (nothing recorded).
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        return self._acquire(filter, "write", None, lock_timeout, timeout, w)
+        with self._mapped_errors():
+            return self._acquire(filter, "write", None, lock_timeout, timeout, w)
