@@ -9,13 +9,19 @@ from typing import Any
 import pymongo
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import (
+    ConnectionFailure,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+    WriteConcernError,
+)
 from pymongo.write_concern import WriteConcern
 
 from docmultilock._core import Command
 from docmultilock.errors import DbError, DbTimeout
 
-__all__ = ["WriteConcernViews", "deadline", "execute", "translate"]
+__all__ = ["WriteConcernViews", "deadline", "execute", "is_transient", "translate"]
 
 
 class WriteConcernViews:
@@ -93,3 +99,21 @@ def _reread_after_upsert(collection: Collection[Any], command: Command) -> Mappi
         command.filter, projection=command.projection
     )
     return found
+
+
+#: Server error codes of a node shutting down, stepping down or unreachable (fail-over).
+_TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+
+
+def is_transient(exc: PyMongoError) -> bool:
+    """True for a failure that the same command may get past: a cut connection, a fail-over.
+
+    A deadline that has passed is not: the caller's time is up.
+    """
+    if exc.timeout:
+        return False
+    if isinstance(exc, ConnectionFailure) or exc.has_error_label("RetryableWriteError"):
+        return True
+    if isinstance(exc, (OperationFailure, WriteConcernError)):
+        return exc.code in _TRANSIENT_CODES
+    return False

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import secrets
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import timezone
 from typing import Any, Protocol, TypeVar
 
 from bson.errors import InvalidDocument
@@ -14,10 +17,11 @@ from pymongo.errors import PyMongoError
 
 from docmultilock._args import check_filter, check_lock, check_tag, document_target
 from docmultilock._core import Command, LockCore
-from docmultilock._driver import WriteConcernViews, deadline, execute, translate
+from docmultilock._driver import WriteConcernViews, deadline, execute, is_transient, translate
+from docmultilock._idempotence import ATTEMPTS, Sent, UnsureReleases, retry_pause
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
-from docmultilock.errors import InvalidArgument, LockError
+from docmultilock.errors import DbError, InvalidArgument, LockError, LockNotFound
 from docmultilock.options import (
     Duration,
     ErrorFactory,
@@ -66,6 +70,7 @@ class _LockManager:
         self.options = options
         self._core = LockCore(options.field, options.rules, exclusive=exclusive, named=named)
         self._views = WriteConcernViews(collection)
+        self._unsure = UnsureReleases()
 
     def __repr__(self) -> str:
         return (
@@ -74,22 +79,46 @@ class _LockManager:
         )
 
     def _run(
-        self, plan: _Plan[T_co], doing: str, timeout: Duration | None, w: int | str | None
+        self,
+        plan: _Plan[T_co],
+        doing: str,
+        timeout: Duration | None,
+        w: int | str | None,
+        sent: Sent | None = None,
     ) -> T_co:
-        """Send the plan's one command and read its reply; the only place pymongo errors leave."""
+        """Send the plan's one command and read its reply; the only place pymongo errors leave.
+
+        A transient failure (a cut connection, a fail-over) is retried with the same command
+        until ``timeout``: every command is idempotent by lock id, so a retry of one that
+        was applied finds its own work done (``sent`` records that a reply was lost).
+        """
         limit = self.options.timeout if timeout is None else parse_duration(timeout, "timeout")
         concern = self.options.w if w is None else parse_write_concern(w)
         command = plan.command
+        give_up = None if limit is None else time.monotonic() + limit
         try:
-            try:
-                with deadline(limit):
-                    reply = execute(self._views(concern), command)
-            except PyMongoError as exc:
-                raise translate(exc, doing, command.filter) from exc
-            except (InvalidDocument, OverflowError) as exc:
-                # Encoding fails before anything is sent: the caller's filter holds a value
-                # BSON cannot carry (an int beyond 64 bits, an arbitrary object).
-                raise InvalidArgument(f"filter cannot be sent to MongoDB: {exc}") from exc
+            for attempt in itertools.count():
+                try:
+                    left = None if give_up is None else max(give_up - time.monotonic(), 0.001)
+                    with deadline(left):
+                        reply = execute(self._views(concern), command)
+                    break
+                except PyMongoError as exc:
+                    if sent is not None:
+                        sent.unsure = True
+                    pause = retry_pause(attempt)
+                    if (
+                        not is_transient(exc)
+                        or attempt + 1 >= ATTEMPTS
+                        or (give_up is not None and time.monotonic() + pause >= give_up)
+                    ):
+                        raise translate(exc, doing, command.filter) from exc
+                    log.debug("%s on %s: retrying after %r", doing, self.collection.full_name, exc)
+                    time.sleep(pause)
+                except (InvalidDocument, OverflowError) as exc:
+                    # Encoding fails before anything is sent: the caller's filter holds a value
+                    # BSON cannot carry (an int beyond 64 bits, an arbitrary object).
+                    raise InvalidArgument(f"filter cannot be sent to MongoDB: {exc}") from exc
             return plan.read(reply)
         except LockError as err:
             log.debug("%s on %s: %s", doing, self.collection.full_name, err.code)
@@ -164,12 +193,34 @@ class _LockManager:
     ) -> None:
         held = check_lock(lock, self.options.rules)
         user_filter, target = self._locate(key, held)
-        deleting = self._core.release_by_delete(target, lock=held)
-        if deleting is not None and self._run(deleting, "release", timeout, w):
-            return
-        self._run(
-            self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w
-        )
+        sent = Sent(unsure=self._unsure.was_lost(held))
+        try:
+            deleting = self._core.release_by_delete(target, lock=held)
+            if deleting is None or not self._run(deleting, "release", timeout, w, sent):
+                plan = self._core.release(target, user_filter=user_filter, lock=held)
+                self._run(plan, "release", timeout, w, sent)
+        except LockNotFound:
+            # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
+            # removed it: while the lock is unexpired by the server's clock nobody else can
+            # (pruning takes only expired entries), so the release did happen.
+            if not (sent.unsure and self._unexpired(held)):
+                raise
+            log.debug("release of %s was applied by an attempt whose reply was lost", held.id)
+        except DbError:
+            self._unsure.lost(held)
+            raise
+        self._unsure.forget(held)
+
+    def _unexpired(self, lock: Lock) -> bool:
+        """True while the server's clock is before ``lock``'s expiry (one ``hello``)."""
+        try:
+            with deadline(self.options.timeout):
+                now = self.collection.database.client.admin.command("hello")["localTime"]
+        except PyMongoError as exc:
+            raise translate(exc, "release", None) from exc
+        if now.tzinfo is None:
+            now = now.replace(tzinfo=timezone.utc)
+        return bool(now < lock.expires_at)
 
     def _extend(
         self,

@@ -6,7 +6,7 @@ The server, client and per-test collection come from docmultilock's own pytest p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -73,3 +73,24 @@ def counted(uri: str, collection: Collection[Doc]) -> Iterator[tuple[Collection[
 def is_embedded(docmultilock_client: MongoClient[Doc]) -> bool:
     """True when the server is the embedded SecantusDB rather than MongoDB."""
     return "secantusVersion" in docmultilock_client.admin.command("buildInfo")
+
+
+@pytest.fixture
+def fail_point(client: MongoClient[Doc]) -> Iterator[Callable[..., None]]:
+    """Arm ``failCommand`` (findAndModify unless ``commands`` says); always switched off after.
+
+    ``arm(times=1, commands=("findAndModify",), **data)`` with mongod's ``failCommand``
+    data: ``errorCode``, ``closeConnection``, ``writeConcernError`` (applied, then the reply
+    reports an error: a lost reply), ``blockConnection``/``blockTimeMS``.
+    """
+
+    def arm(times: int = 1, commands: Sequence[str] = ("findAndModify",), **data: Any) -> None:
+        client.admin.command(
+            "configureFailPoint",
+            "failCommand",
+            mode={"times": times},
+            data={"failCommands": list(commands), **data},
+        )
+
+    yield arm
+    client.admin.command("configureFailPoint", "failCommand", mode="off")
