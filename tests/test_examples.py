@@ -51,3 +51,13 @@ def test_web_example_answers_conflicts_with_problem_json(uri: str) -> None:
     assert "POST /orders/2/lock -> 404 application/problem+json" in lines
     assert "POST /orders/%7B%22$ne%22:null%7D/lock -> 404 text/html" in lines
     assert f"POST /orders/{2**64}/lock -> 404 text/html" in lines
+
+
+def test_nightly_report_runs_on_exactly_one_instance(uri: str) -> None:
+    lines = run_example("nightly_report.py", uri).splitlines()
+
+    running = [line for line in lines if line.endswith(": running nightly-report")]
+    skipped = [line for line in lines if "skipped, another instance" in line]
+    assert (len(running), len(skipped)) == (2, 4)  # one of three instances, two nights
+    assert "anyone holding nightly-report after the run: False" in lines
+    assert lines[-1] == "the next night's fence is larger: True"
