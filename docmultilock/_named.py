@@ -209,7 +209,7 @@ class NamedLocks(_LockManager):
         """A filter matching ``name``'s lock document only while ``lock`` is still held.
 
         Use it where a write must be conditional on the lock, for instance as the first
-        step of a transaction; the lock's :attr:`~docmultilock.Lock.fence` serves where the
+        step of a transaction; the lock's ``fence`` serves where the
         protected data lives elsewhere.
         """
         return self._guard(name, lock)

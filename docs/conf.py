@@ -52,6 +52,7 @@ nitpick_ignore = [
     ("py:class", "os.PathLike"),
     ("py:class", "pymongo.MongoClient"),
     ("py:class", "pymongo.synchronous.collection.Collection"),
+    ("py:class", "pymongo.synchronous.database.Database"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),
