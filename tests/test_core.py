@@ -10,7 +10,7 @@ import pytest
 from docmultilock._core import LockCore
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, build_rules
-from docmultilock.errors import IncompatibleLockField, ResourceNotFound
+from docmultilock.errors import IncompatibleLockField, LockWasReacquired, ResourceNotFound
 
 CORE = LockCore("lock", build_rules(READ_WRITE, {}, 10_000), exclusive=False)
 LOCK = Lock(
@@ -101,3 +101,42 @@ def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
     assert lock.pending
     with pytest.raises(Exception, match="pending"):
         plans()[0].read(reply)
+
+
+NAMED = LockCore(
+    "lock",
+    build_rules({"write": {"cooperative": ["write"]}}, {}, 10_000),
+    exclusive=True,
+    named=True,
+)
+
+
+def test_a_named_acquire_is_an_upsert_but_continuing_never_creates() -> None:
+    fresh = NAMED.acquire(
+        {"_id": "a"}, user_filter={"_id": "a"}, tag="write", lock_id="b", lifetime_ms=5
+    )
+    pending = NAMED.acquire(
+        {"_id": "a"},
+        user_filter={"_id": "a"},
+        tag="write",
+        lock_id="b",
+        lifetime_ms=5,
+        continuing=LOCK,
+    )
+    assert fresh.command.upsert
+    assert not pending.command.upsert
+
+
+def test_only_an_exclusive_named_release_deletes() -> None:
+    assert CORE.release_by_delete({"_id": 1}, lock=LOCK) is None
+    deleting = NAMED.release_by_delete({"_id": "a"}, lock=LOCK)
+    assert deleting is not None
+    assert deleting.command.delete
+    assert deleting.command.filter["_id"] == "a"
+    assert "$expr" in deleting.command.filter
+
+
+def test_a_missing_named_document_is_a_loss_not_resource_not_found() -> None:
+    plan = NAMED.release({"_id": "a"}, user_filter={"_id": "a"}, lock=LOCK)
+    with pytest.raises(LockWasReacquired):
+        plan.read(None)

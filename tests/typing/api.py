@@ -14,6 +14,7 @@ from docmultilock import (
     LockError,
     LockSchema,
     MultiLock,
+    NamedLocks,
     WriteLock,
 )
 from docmultilock.testing import EmbeddedServer
@@ -59,4 +60,13 @@ def usage() -> None:
         loaded = LockSchema().load(data)
         assert isinstance(loaded, Lock)
         ml.release({"_id": 1}, loaded)
+
+        jobs = NamedLocks(client.shop, "locks", lock_timeout=300.0, w="majority")
+        jobs.ensure_indexes(timeout=5.0)
+        job: Lock = jobs.acquire("nightly-report")
+        job = jobs.extend("nightly-report", job, lock_timeout=600)
+        fenced: int = job.fence
+        named_guard: dict[str, Any] = jobs.guard("nightly-report", job)
+        print(fenced, named_guard)
+        jobs.release("nightly-report", job)
         client.close()
