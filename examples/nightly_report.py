@@ -24,7 +24,7 @@ JOB = "nightly-report"
 
 
 def run_nightly_report(
-    db: Database[dict[str, Any]], instance: str, start: threading.Barrier
+    db: Database[dict[str, Any]], night: int, instance: str, start: threading.Barrier
 ) -> None:
     # The lock documents live in their own collection (here one per run of this example).
     jobs = NamedLocks(db, "locks", lock_timeout=60.0)
@@ -35,22 +35,27 @@ def run_nightly_report(
         print(f"{instance}: skipped, another instance is running {JOB}")
         return
     try:
+        # The lock keeps instances apart; the report says whether tonight's run is done (an
+        # instance may get the lock after another one finished and released it).
+        if db.reports.count_documents({"_id": JOB, "night": night}):
+            print(f"{instance}: skipped, another instance has run {JOB}")
+            return
         print(f"{instance}: running {JOB}")
         # A long job would call jobs.extend(JOB, lock) before lock_timeout runs out.
         # The fence grows with every grant of the name, even after its lock document was
         # deleted, so "fence <= mine" refuses a write from an older, stalled run.
         db.reports.update_one(
             {"_id": JOB, "fence": {"$lte": lock.fence}},
-            {"$set": {"fence": lock.fence, "by": instance}},
+            {"$set": {"fence": lock.fence, "night": night, "by": instance}},
         )
     finally:
         jobs.release(JOB, lock)  # the last release deletes the lock document
 
 
-def night(db: Database[dict[str, Any]]) -> None:
+def run_night(db: Database[dict[str, Any]], night: int) -> None:
     start = threading.Barrier(3)
     instances = [
-        threading.Thread(target=run_nightly_report, args=(db, f"instance-{n}", start))
+        threading.Thread(target=run_nightly_report, args=(db, night, f"instance-{n}", start))
         for n in range(3)
     ]
     for thread in instances:
@@ -64,15 +69,15 @@ def main() -> None:
         client: MongoClient[dict[str, Any]] = MongoClient(uri)
         db = client[f"docmultilock_example_{uuid.uuid4().hex[:8]}"]
         try:
-            db.reports.insert_one({"_id": JOB, "fence": 0})
-            night(db)
+            db.reports.insert_one({"_id": JOB, "fence": 0, "night": 0})
+            run_night(db, 1)
             # The last release deletes the lock document (or, released within the millisecond
             # of its grant, empties it for the TTL index): either way nobody holds the name.
             held = db.locks.count_documents({"_id": JOB, "lock.holders": {"$ne": []}})
             print(f"anyone holding {JOB} after the run: {held > 0}")
             first = db.reports.find_one({"_id": JOB})
             assert first is not None
-            night(db)
+            run_night(db, 2)
             second = db.reports.find_one({"_id": JOB})
             assert second is not None
             print(f"the next night's fence is larger: {second['fence'] > first['fence']}")

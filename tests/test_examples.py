@@ -57,7 +57,7 @@ def test_nightly_report_runs_on_exactly_one_instance(uri: str) -> None:
     lines = run_example("nightly_report.py", uri).splitlines()
 
     running = [line for line in lines if line.endswith(": running nightly-report")]
-    skipped = [line for line in lines if "skipped, another instance" in line]
+    skipped = [line for line in lines if ": skipped, another instance" in line]
     assert (len(running), len(skipped)) == (2, 4)  # one of three instances, two nights
     assert "anyone holding nightly-report after the run: False" in lines
     assert lines[-1] == "the next night's fence is larger: True"
