@@ -21,6 +21,12 @@ from docmultilock import LockAlreadyTaken, NamedLocks
 from docmultilock.testing import mongodb_uri
 
 JOB = "nightly-report"
+_print_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    with _print_lock:  # whole lines, even from several threads
+        print(line)
 
 
 def run_nightly_report(
@@ -32,15 +38,15 @@ def run_nightly_report(
     try:
         lock = jobs.acquire(JOB)
     except LockAlreadyTaken:
-        print(f"{instance}: skipped, another instance is running {JOB}")
+        say(f"{instance}: skipped, another instance is running {JOB}")
         return
     try:
         # The lock keeps instances apart; the report says whether tonight's run is done (an
         # instance may get the lock after another one finished and released it).
         if db.reports.count_documents({"_id": JOB, "night": night}):
-            print(f"{instance}: skipped, another instance has run {JOB}")
+            say(f"{instance}: skipped, another instance has run {JOB}")
             return
-        print(f"{instance}: running {JOB}")
+        say(f"{instance}: running {JOB}")
         # A long job would call jobs.extend(JOB, lock) before lock_timeout runs out.
         # The fence grows with every grant of the name, even after its lock document was
         # deleted, so "fence <= mine" refuses a write from an older, stalled run.
