@@ -14,6 +14,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from docmultilock._lock import Lock, LockSchema
+from docmultilock._named import NamedLocks
 from docmultilock._sync import MultiLock, WriteLock
 from docmultilock.errors import (
     AssertiveLock,
@@ -54,6 +55,7 @@ __all__ = [
     "LockSchema",
     "LockWasReacquired",
     "MultiLock",
+    "NamedLocks",
     "ResourceNotFound",
     "WriteLock",
     "__version__",

@@ -43,7 +43,7 @@ from docmultilock.errors import (
     ResourceNotFound,
 )
 
-__all__ = ["LAYOUT_VERSION", "Command", "LockCore"]
+__all__ = ["FENCES_PER_MS", "LAYOUT_VERSION", "Command", "LockCore"]
 
 LAYOUT_VERSION = 1
 
@@ -58,14 +58,46 @@ class Command:
     update: list[dict[str, Any]]
     projection: dict[str, Any]
     return_after: bool
+    #: Create the document when missing (named locks: the lock document exists on demand).
+    upsert: bool = False
+    #: Delete the matched document instead of updating it (``update`` is then empty).
+    delete: bool = False
 
 
-def _state(holders: Expr, fence: Expr) -> Expr:
+#: Clock fences count this many grants per millisecond of server time (see ``_next_fence``).
+FENCES_PER_MS = 1000
+
+#: The smallest fence a clock-fenced grant may take at server time ``$$now``.
+_CLOCK_FENCE: Expr = {"$multiply": [{"$toLong": "$$now"}, FENCES_PER_MS]}
+
+
+def _next_fence(clock: bool) -> Expr:
+    """The fence of a grant: the document's last plus one; with ``clock``, at least now.
+
+    "Now" is the server's clock in fence units (``FENCES_PER_MS`` per millisecond). Named
+    locks need it: their document is deleted by the last release or by the TTL index, and
+    its counter with it. A clock fence still outranks every fence granted before the
+    deletion, because a document is deleted only once the clock has passed its fence
+    (``LockCore.release_by_delete``; ``_state`` keeps ``expires`` past it for the TTL
+    index). This assumes the server's clock does not step back, and fewer than
+    ``FENCES_PER_MS`` grants per millisecond on one name.
+    """
+    counter = {"$add": ["$$fence0", 1]}
+    return {"$max": [counter, _CLOCK_FENCE]} if clock else counter
+
+
+def _state(holders: Expr, fence: Expr, *, clock: bool) -> Expr:
     """The whole lock subdocument, always in the same key order so unchanged state is a no-op."""
+    idle: Expr = "$$now"
+    if clock:
+        # With no holder, the TTL index may delete the document once ``expires`` is past:
+        # keep it beyond the millisecond of the last fence, so a later clock fence outranks it.
+        fence_ms = {"$toLong": {"$trunc": [{"$divide": [fence, FENCES_PER_MS]}]}}
+        idle = {"$max": ["$$now", {"$toDate": {"$add": [fence_ms, 1]}}]}
     return {
         "v": literal(LAYOUT_VERSION),
         "fence": fence,
-        "expires": {"$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, "$$now"]},
+        "expires": {"$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, idle]},
         "holders": holders,
     }
 
@@ -154,10 +186,10 @@ def _with_live_state(field: str, decide: Expr) -> Expr:
     }
 
 
-def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
+def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr:
     """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors."""
-    granted = {"$add": ["$$fence0", 1]}
-    unchanged = _state("$$live", "$$fence0")
+    granted = _next_fence(clock)
+    unchanged = _state("$$live", "$$fence0", clock=clock)
     wait = _state(
         {
             "$cond": [
@@ -167,6 +199,7 @@ def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
             ]
         },
         "$$fence0",
+        clock=clock,
     )
     grant = _state(
         {
@@ -179,12 +212,16 @@ def _acquire_body(field: str, rules: TagRules, tag: str) -> Expr:
             ]
         },
         granted,
+        clock=clock,
     )
     branches = [
         # Already held (a continued lock that was granted meanwhile): unchanged.
         {"case": "$$held", "then": unchanged},
         # A cooperative tag is live: refuse, dropping our pending entry if we had one.
-        {"case": _meets("$$otags", rules.cooperative[tag]), "then": _state("$$others", "$$fence0")},
+        {
+            "case": _meets("$$otags", rules.cooperative[tag]),
+            "then": _state("$$others", "$$fence0", clock=clock),
+        },
         # Continuing a lock that is gone: record nothing.
         {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
         # An assertive tag is live (held or pending): register, or renew, as pending.
@@ -217,18 +254,17 @@ def _meets(tags: Expr, wanted: frozenset[str]) -> Expr:
     return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
 
 
-def _release_body(field: str) -> Expr:
+def _release_body(field: str, *, clock: bool) -> Expr:
     # Drops our entry whether live or expired: an expired lock nobody displaced is still
     # ours to remove quietly (a displacing write would already have pruned it).
     keep = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
-    return _with_live_state(field, _state(keep, "$$fence0"))
+    return _with_live_state(field, _state(keep, "$$fence0", clock=clock))
 
 
-def _extend_body(field: str) -> Expr:
+def _extend_body(field: str, *, clock: bool) -> Expr:
     # Only a live, granted entry is renewed; an expired one was just pruned with the rest.
-    return _with_live_state(
-        field, _state(_renew({"expires": _EXPIRY}, granted_only=True), "$$fence0")
-    )
+    renewed = _renew({"expires": _EXPIRY}, granted_only=True)
+    return _with_live_state(field, _state(renewed, "$$fence0", clock=clock))
 
 
 def _pipeline(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -256,18 +292,26 @@ class LockCore:
 
     Pure: it never talks to the server. ``exclusive`` selects the WriteLock error names
     (:class:`LockAlreadyTaken`, :class:`LockWasReacquired`) over the MultiLock ones.
+    ``named`` keeps the state in a lock document of its own instead of the user's: it is
+    created by the first acquire (an upsert), deleted by the last exclusive release or the
+    TTL index, and fenced by the server's clock so fences survive that deletion.
     """
 
-    def __init__(self, field: str, rules: TagRules, *, exclusive: bool) -> None:
+    def __init__(
+        self, field: str, rules: TagRules, *, exclusive: bool, named: bool = False
+    ) -> None:
         self.field = field
         self.rules = rules
+        self.named = named
+        self._noun = "name" if named else "document"
+        self._delete_on_release = named and exclusive
         self._refused: type[CooperativeLock] = LockAlreadyTaken if exclusive else CooperativeLock
         self._lost: type[LockNotFound] = LockWasReacquired if exclusive else LockNotFound
         # The pipeline bodies depend only on the field and the table; only the small
         # ``$let`` bindings (id, lifetime, ...) change per call.
-        self._acquire = {tag: _acquire_body(field, rules, tag) for tag in rules.tags}
-        self._release = _release_body(field)
-        self._extend = _extend_body(field)
+        self._acquire = {tag: _acquire_body(field, rules, tag, clock=named) for tag in rules.tags}
+        self._release = _release_body(field, clock=named)
+        self._extend = _extend_body(field, clock=named)
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
@@ -311,8 +355,44 @@ class LockCore:
             update=_pipeline(self.field, self._acquire[tag], bindings),
             projection=self._projection(lock_id, with_tags=True),
             return_after=True,
+            # A pending lock is continued only on its existing document.
+            upsert=self.named and continuing is None,
         )
         return AcquirePlan(self, command, user_filter, tag, continuing)
+
+    def release_by_delete(self, target: Filter, *, lock: Lock) -> DeletePlan | None:
+        """Plan deleting an exclusive named lock's document (``None`` for other managers).
+
+        The document is deleted only while ``lock`` is its one live entry and the server's
+        clock has passed its fence (see ``_next_fence``). When that does not match (the lock
+        is gone, or it is released within the millisecond of a grant), the shell falls back
+        to the ordinary :meth:`release`, which empties the document for the TTL index.
+        """
+        if not self._delete_on_release:
+            return None
+        ours_or_expired = {
+            "$or": [self._is_mine(lock.id), {"$lte": ["$$this.expires", SERVER_NOW]}]
+        }
+        deletable = {
+            "$and": [
+                {"$in": [literal(lock.id), each(self._holders, "id")]},
+                {"$allElementsTrue": [{"$map": {"input": self._holders, "in": ours_or_expired}}]},
+                {
+                    "$lt": [
+                        f"${self.field}.fence",
+                        {"$multiply": [{"$toLong": SERVER_NOW}, FENCES_PER_MS]},
+                    ]
+                },
+            ]
+        }
+        command = Command(
+            filter={**target, "$expr": deletable},
+            update=[],
+            projection={"_id": 1},
+            return_after=False,
+            delete=True,
+        )
+        return DeletePlan(command)
 
     def release(self, target: Filter, *, user_filter: Filter, lock: Lock) -> ReleasePlan:
         """Plan the removal of ``lock``'s entry (pruning expired ones on the way)."""
@@ -362,9 +442,17 @@ class LockCore:
 
     # -- reading --------------------------------------------------------------------
 
-    def read_reply(self, reply: Mapping[str, Any] | None, user_filter: Filter) -> _Reply:
-        """Check a projected reply against the layout; ``None`` means no document matched."""
+    def read_reply(
+        self, reply: Mapping[str, Any] | None, user_filter: Filter, lock: Lock | None, doing: str
+    ) -> _Reply:
+        """Check a projected reply against the layout; ``None`` means no document matched.
+
+        A named lock's document is missing only once nobody holds the name, so for ``lock``
+        that is a loss, never :class:`ResourceNotFound`.
+        """
         if reply is None:
+            if self.named and lock is not None:
+                raise self.lost(lock, user_filter, doing)
             raise ResourceNotFound(
                 f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
             )
@@ -393,7 +481,7 @@ class LockCore:
     def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
         """The error for a lock that is no longer on its document."""
         return self._lost(
-            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on document "
+            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self._noun} "
             f"{lock.document_id!r}; it expired or was displaced",
             filter=user_filter,
             lock=lock,
@@ -413,14 +501,24 @@ class AcquirePlan:
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the granted lock, or raise the error that describes the outcome."""
         core = self.core
-        state = core.read_reply(reply, self.user_filter)
+        if reply is None and core.named and self.continuing is None:
+            # Only after an upsert that lost a race (see ``_driver.upsert_reply``) and a
+            # document deleted again before it could be read: a grant or a pending entry of
+            # ours would have kept it, so the holder we met released meanwhile.
+            raise core._refused(
+                f"cannot lock {self.tag!r} on name {self.user_filter.get('_id')!r}: another "
+                "holder had it (and has released it since; try again)",
+                filter=self.user_filter,
+                blocking_tags=(),
+            )
+        state = core.read_reply(reply, self.user_filter, self.continuing, "continue")
         if state.mine is not None:
             lock = core.to_lock(state.mine, state.document_id)
             if not lock.pending:
                 return lock
             waiting = tuple(sorted(state.tags & core.rules.assertive[self.tag]))
             raise AssertiveLock(
-                f"lock {lock.id} ({self.tag!r}) is pending on document {state.document_id!r} "
+                f"lock {lock.id} ({self.tag!r}) is pending on {core._noun} {state.document_id!r} "
                 f"until these tags drain: {', '.join(waiting)}; call acquire(filter, lock=...) "
                 "again to keep waiting",
                 filter=self.user_filter,
@@ -430,7 +528,7 @@ class AcquirePlan:
         blocking = tuple(sorted(state.tags & core.rules.cooperative[self.tag]))
         if blocking:
             raise core._refused(
-                f"cannot lock {self.tag!r} on document {state.document_id!r}: held or pending "
+                f"cannot lock {self.tag!r} on {core._noun} {state.document_id!r}: held or pending "
                 f"by {', '.join(blocking)}",
                 filter=self.user_filter,
                 blocking_tags=blocking,
@@ -438,7 +536,7 @@ class AcquirePlan:
         if self.continuing is not None:
             raise core.lost(self.continuing, self.user_filter, "continue")
         raise DbError(  # pragma: no cover - the pipeline always records a fresh acquisition
-            f"the server answered an acquisition on document {state.document_id!r} without "
+            f"the server answered an acquisition on {core._noun} {state.document_id!r} without "
             "recording it or naming a conflict",
             filter=self.user_filter,
         )
@@ -455,7 +553,7 @@ class ReleasePlan:
 
     def read(self, reply: Mapping[str, Any] | None) -> None:
         """Return quietly if our entry was there (live or expired); raise the loss otherwise."""
-        state = self.core.read_reply(reply, self.user_filter)
+        state = self.core.read_reply(reply, self.user_filter, self.lock, "release")
         if state.mine is None:
             raise self.core.lost(self.lock, self.user_filter, "release")
 
@@ -471,7 +569,18 @@ class ExtendPlan:
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the lock with its new expiry, or raise the loss when it is not held."""
-        state = self.core.read_reply(reply, self.user_filter)
+        state = self.core.read_reply(reply, self.user_filter, self.lock, "extend")
         if state.mine is None or state.mine.get("pending"):
             raise self.core.lost(self.lock, self.user_filter, "extend")
         return self.core.to_lock(state.mine, state.document_id)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePlan:
+    """Deleting a named lock's document as its release: the reply is the deleted document."""
+
+    command: Command
+
+    def read(self, reply: Mapping[str, Any] | None) -> bool:
+        """True when the document was deleted (released); false to fall back to an update."""
+        return reply is not None

@@ -7,13 +7,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pymongo
+from pymongo import ReturnDocument
 from pymongo.collection import Collection
-from pymongo.errors import PyMongoError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 from pymongo.write_concern import WriteConcern
 
+from docmultilock._core import Command
 from docmultilock.errors import DbError, DbTimeout
 
-__all__ = ["WriteConcernViews", "deadline", "translate"]
+__all__ = ["WriteConcernViews", "deadline", "execute", "translate"]
 
 
 class WriteConcernViews:
@@ -45,3 +47,49 @@ def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -
     """The one place a pymongo error becomes a docmultilock error (raise it ``from exc``)."""
     error = DbTimeout if exc.timeout else DbError
     return error(f"{doing} failed: {type(exc).__name__}: {exc}", filter=filter)
+
+
+def execute(collection: Collection[Any], command: Command) -> Mapping[str, Any] | None:
+    """Send one core command and return the server's (projected) reply."""
+    if command.delete:
+        return collection.find_one_and_delete(command.filter, projection=command.projection)
+    retried = False
+    while True:
+        try:
+            reply = collection.find_one_and_update(
+                command.filter,
+                command.update,
+                projection=command.projection,
+                return_document=(
+                    ReturnDocument.AFTER if command.return_after else ReturnDocument.BEFORE
+                ),
+                upsert=command.upsert,
+            )
+        except DuplicateKeyError:
+            # Two first acquirers of a name both tried to insert its document. MongoDB
+            # retries such an ``_id`` upsert itself (4.2+), but not in every topology: once
+            # more is enough, as the document now exists and the command becomes an update
+            # that decides as usual (the loser meets the winner's entry: a plain conflict).
+            if not command.upsert or retried:
+                raise
+            retried = True
+            continue
+        if reply is None and command.upsert:
+            return _reread_after_upsert(collection, command)
+        return reply
+
+
+def _reread_after_upsert(collection: Collection[Any], command: Command) -> Mapping[str, Any] | None:
+    """The reply to an upsert that answered ``None``: the document, read again.
+
+    SecantusDB workaround (``docs/server.md``): an upsert that loses the race to create
+    the document is applied to the winner's document as an update, yet answered with
+    ``None``. MongoDB never answers ``None`` to an upsert returning the new image, so this
+    extra read happens on that server only. ``None`` is neither "granted" nor "nothing
+    written"; the document itself tells (the projection is the same, and our entry, once
+    written, stays until its expiry).
+    """
+    found: Mapping[str, Any] | None = collection.find_one(
+        command.filter, projection=command.projection
+    )
+    return found

@@ -9,13 +9,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from bson.errors import InvalidDocument
-from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from docmultilock._args import check_filter, check_lock, check_tag, document_target
 from docmultilock._core import Command, LockCore
-from docmultilock._driver import WriteConcernViews, deadline, translate
+from docmultilock._driver import WriteConcernViews, deadline, execute, translate
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock.errors import InvalidArgument, LockError
@@ -49,10 +48,15 @@ def new_lock_id() -> str:
 
 
 class _LockManager:
-    """What WriteLock and MultiLock share: release, extend, guard, and running a plan."""
+    """What every lock manager shares: the raw operations, and running a plan's command."""
 
     def __init__(
-        self, collection: Collection[Any], options: LockOptions, *, exclusive: bool
+        self,
+        collection: Collection[Any],
+        options: LockOptions,
+        *,
+        exclusive: bool,
+        named: bool = False,
     ) -> None:
         if not isinstance(collection, Collection):
             raise InvalidArgument(
@@ -60,7 +64,7 @@ class _LockManager:
             )
         self.collection = collection
         self.options = options
-        self._core = LockCore(options.field, options.rules, exclusive=exclusive)
+        self._core = LockCore(options.field, options.rules, exclusive=exclusive, named=named)
         self._views = WriteConcernViews(collection)
 
     def __repr__(self) -> str:
@@ -79,14 +83,7 @@ class _LockManager:
         try:
             try:
                 with deadline(limit):
-                    reply = self._views(concern).find_one_and_update(
-                        command.filter,
-                        command.update,
-                        projection=command.projection,
-                        return_document=(
-                            ReturnDocument.AFTER if command.return_after else ReturnDocument.BEFORE
-                        ),
-                    )
+                    reply = execute(self._views(concern), command)
             except PyMongoError as exc:
                 raise translate(exc, doing, command.filter) from exc
             except (InvalidDocument, OverflowError) as exc:
@@ -167,6 +164,9 @@ class _LockManager:
     ) -> None:
         held = check_lock(lock, self.options.rules)
         user_filter, target = self._locate(key, held)
+        deleting = self._core.release_by_delete(target, lock=held)
+        if deleting is not None and self._run(deleting, "release", timeout, w):
+            return
         self._run(
             self._core.release(target, user_filter=user_filter, lock=held), "release", timeout, w
         )
@@ -193,6 +193,10 @@ class _LockManager:
         held = check_lock(lock, self.options.rules, granted=True)
         _, target = self._locate(key, held)
         return self._core.guard(target, held)
+
+
+class _DocumentLocks(_LockManager):
+    """The public release, extend and guard of the managers that lock the user's documents."""
 
     def release(
         self,
@@ -240,7 +244,7 @@ class _LockManager:
         return self._guard(filter, lock)
 
 
-class MultiLock(_LockManager):
+class MultiLock(_DocumentLocks):
     """Locks with tags (``read``, ``write``, ...) embedded in the locked document itself.
 
     Tags relate through ``lock_relationships``: *cooperative* tags refuse each other,
@@ -302,7 +306,7 @@ class MultiLock(_LockManager):
             return self._acquire(filter, tag, lock, lock_timeout, timeout, w)
 
 
-class WriteLock(_LockManager):
+class WriteLock(_DocumentLocks):
     """An exclusive lock embedded in the locked document: a MultiLock with one tag, ``write``.
 
     ::

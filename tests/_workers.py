@@ -8,7 +8,7 @@ from typing import Any
 
 from pymongo import MongoClient, ReturnDocument
 
-from docmultilock import AssertiveLock, CooperativeLock, MultiLock
+from docmultilock import AssertiveLock, CooperativeLock, MultiLock, NamedLocks
 
 Doc = dict[str, Any]
 
@@ -69,3 +69,27 @@ def hold_read_lock(uri: str, db: str, coll: str, lifetime: float, ready: Any) ->
     MultiLock(client[db][coll], lock_timeouts={"read": lifetime}).acquire({"_id": 1}, tag="read")
     ready.set()
     time.sleep(3600)
+
+
+def race_for_names(uri: str, db: str, coll: str, names: list[str], start: Any) -> dict[str, Any]:
+    """Wait for ``start``, then try each name once: the first acquirers of fresh names race.
+
+    Returns the names won and the type name of every exception seen (only the documented
+    conflict may come out; a raw pymongo error would be a failure).
+    """
+    client: MongoClient[Doc] = MongoClient(uri, timeoutMS=30_000)
+    won: list[str] = []
+    errors: list[str] = []
+    try:
+        named = NamedLocks(client[db], coll)
+        start.wait()
+        for name in names:
+            try:
+                named.acquire(name)
+            except Exception as exc:  # the test checks what came out
+                errors.append(type(exc).__name__)
+            else:
+                won.append(name)
+    finally:
+        client.close()
+    return {"won": won, "errors": errors}

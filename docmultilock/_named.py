@@ -1,0 +1,256 @@
+"""Named locks: the same lock core, keeping each name's state in a document of its own.
+
+A lock on ``"nightly-report"`` lives in ``{_id: "nightly-report", lock: {...}}`` in a lock
+collection (``docmultilock.locks`` by default). The first acquire creates the document in
+the same single command (an upsert on ``_id``: MongoDB refuses ``$expr`` in an upsert's
+filter, so the decision stays in the pipeline). The last release of the default exclusive
+table deletes it; a document left with no live holder is removed later by a TTL index on
+``lock.expires``, which every write keeps equal to the latest holder expiry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.database import Database
+from pymongo.errors import CollectionInvalid, PyMongoError
+
+from docmultilock._args import document_target
+from docmultilock._driver import deadline, translate
+from docmultilock._lock import Lock
+from docmultilock._rules import WRITE_ONLY
+from docmultilock._sync import _LockManager
+from docmultilock.errors import InvalidArgument
+from docmultilock.options import Duration, ErrorFactory, load_options, parse_duration
+
+__all__ = ["NamedLocks"]
+
+log = logging.getLogger("docmultilock")
+
+#: The field of a lock document that holds the lock state (the same layout as embedded).
+LOCK_FIELD = "lock"
+#: The TTL index that removes lock documents nobody holds any more.
+TTL_INDEX = "docmultilock_expires"
+MAX_NAME_LENGTH = 512
+
+# Lock collections whose TTL index this process has made sure of, per client.
+_indexed: weakref.WeakKeyDictionary[MongoClient[Any], set[str]] = weakref.WeakKeyDictionary()
+_indexed_guard = threading.Lock()
+
+
+def check_name(name: object) -> str:
+    """Accept a lock name: a string of 1 to 512 characters that UTF-8 can encode."""
+    if not isinstance(name, str):
+        raise InvalidArgument(f"a lock name must be a string, not {type(name).__name__}")
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidArgument(
+            f"a lock name must have 1 to {MAX_NAME_LENGTH} characters, not {len(name)}"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"a lock name must be valid text: {exc}") from exc
+    return name
+
+
+def _check_collection_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidArgument(f"collection must be a string, not {type(name).__name__}")
+    if not name or "$" in name or "\x00" in name or name.startswith("system."):
+        raise InvalidArgument(
+            f"collection must be a non-empty name without '$' or NUL, not in 'system.'; "
+            f"got {name!r}"
+        )
+    return name
+
+
+class NamedLocks(_LockManager):
+    """Locks on names ("order-42", "nightly-report") rather than on your documents.
+
+    Each name's lock state lives in a document of its own in ``collection``, created on
+    demand and removed when nobody holds the name. The default table is exclusive (one tag,
+    ``write``, with WriteLock's errors); give ``lock_relationships`` for tags, with
+    MultiLock's errors::
+
+        jobs = NamedLocks(client.app, lock_timeout=300.0)
+        lock = jobs.acquire("nightly-report")     # LockAlreadyTaken (HTTP 409) when held
+        jobs.release("nightly-report", lock)
+
+    :raises InvalidConfiguration: naming every problem with the options.
+    """
+
+    def __init__(
+        self,
+        database: Database[Any],
+        collection: str = "docmultilock.locks",
+        *,
+        lock_timeouts: Mapping[str, Duration] | None = None,
+        lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        lock_timeout: Duration = 30.0,
+        timeout: Duration | None = 10.0,
+        w: int | str = "majority",
+        error_factory: ErrorFactory | None = None,
+    ) -> None:
+        if not isinstance(database, Database):
+            raise InvalidArgument(
+                f"database must be a pymongo Database, not {type(database).__name__}"
+            )
+        options = load_options(
+            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
+            lock_relationships=(
+                lock_relationships if lock_relationships is not None else WRITE_ONLY
+            ),
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+            field=LOCK_FIELD,
+            error_factory=error_factory,
+        )
+        super().__init__(
+            database[_check_collection_name(collection)],
+            options,
+            exclusive=lock_relationships is None,
+            named=True,
+        )
+
+    def _locate(self, key: object, lock: Lock | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        by_name = {"_id": check_name(key)}
+        if lock is None:
+            return by_name, by_name
+        return by_name, document_target(by_name, lock.document_id)
+
+    def _acquire(
+        self,
+        key: object,
+        tag: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+    ) -> Lock:
+        if tag is None and lock is None:
+            self._check_key(key)
+            tag = self._sole_tag()
+        granted = super()._acquire(key, tag, lock, lock_timeout, timeout, w)
+        self._index_once()
+        return granted
+
+    def _sole_tag(self) -> str:
+        tags = self.options.rules.tags
+        if len(tags) != 1:
+            raise InvalidArgument(
+                f"give tag= (one of {', '.join(repr(t) for t in sorted(tags))}) or lock="
+            )
+        return next(iter(tags))
+
+    def acquire(
+        self,
+        name: str,
+        *,
+        tag: str | None = None,
+        lock: Lock | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Acquire a ``tag`` lock on ``name``, creating its lock document in the same command.
+
+        ``tag`` may be left out when the table declares one tag (the default, ``write``).
+        Give ``lock=`` instead to go on waiting with a pending assertive lock.
+
+        :raises LockAlreadyTaken: the name is held (default table; nothing recorded).
+        :raises CooperativeLock: a tag this one is cooperative with is held (custom table).
+        :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
+        :raises LockNotFound: the pending ``lock`` given is gone.
+        """
+        with self._mapped_errors():
+            return self._acquire(name, tag, lock, lock_timeout, timeout, w)
+
+    def release(
+        self,
+        name: str,
+        lock: Lock,
+        *,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> None:
+        """Release ``lock`` on ``name``; the default table's last release deletes the document.
+
+        :raises LockNotFound: the lock is gone (:class:`LockWasReacquired` with the default
+            table).
+        """
+        with self._mapped_errors():
+            self._release(name, lock, timeout, w)
+
+    def extend(
+        self,
+        name: str,
+        lock: Lock,
+        *,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Push ``lock``'s expiry to the server's now plus its lifetime; return the new Lock.
+
+        :raises LockNotFound: the lock expired or was displaced (:class:`LockWasReacquired`
+            with the default table).
+        """
+        with self._mapped_errors():
+            return self._extend(name, lock, lock_timeout, timeout, w)
+
+    def guard(self, name: str, lock: Lock) -> dict[str, Any]:
+        """A filter matching ``name``'s lock document only while ``lock`` is still held.
+
+        Use it where a write must be conditional on the lock, for instance as the first
+        step of a transaction; the lock's :attr:`~docmultilock.Lock.fence` serves where the
+        protected data lives elsewhere.
+        """
+        return self._guard(name, lock)
+
+    def ensure_indexes(self, *, timeout: Duration | None = None) -> None:
+        """Create the TTL index that removes lock documents nobody holds (idempotent).
+
+        Acquire creates it lazily, once per process and collection, right after its first
+        success; call this at deployment time to have it up front.
+        """
+        with self._mapped_errors():
+            self._create_ttl_index(timeout)
+
+    def _create_ttl_index(self, timeout: Duration | None) -> None:
+        collection = self.collection
+        limit = self.options.timeout if timeout is None else parse_duration(timeout, "timeout")
+        try:
+            with deadline(limit):
+                # Create the collection first, so the index never creates it implicitly:
+                # on the embedded test server, an index build that creates a collection at
+                # the same moment as an upsert does can stall it (docs/server.md).
+                with contextlib.suppress(CollectionInvalid):  # it exists already
+                    collection.database.create_collection(collection.name)
+                collection.create_index(
+                    [(f"{LOCK_FIELD}.expires", 1)], expireAfterSeconds=0, name=TTL_INDEX
+                )
+        except PyMongoError as exc:
+            raise translate(exc, "ensure_indexes", None) from exc
+        with _indexed_guard:
+            _indexed.setdefault(collection.database.client, set()).add(collection.full_name)
+
+    def _index_once(self) -> None:
+        """Make sure of the TTL index after an acquire (the collection exists by then)."""
+        collection = self.collection
+        with _indexed_guard:
+            done = collection.full_name in _indexed.get(collection.database.client, ())
+        if done:
+            return
+        try:
+            self._create_ttl_index(None)
+        except Exception:
+            # The lock is already held: failing the acquire would leak it. The next
+            # acquire tries again; ensure_indexes() reports the error.
+            log.warning("could not create the TTL index on %s", collection.full_name, exc_info=True)
