@@ -15,7 +15,7 @@ def test_every_lock_operation_sends_exactly_one_find_and_modify(uri: str) -> Non
     counts, _ = count_commands(uri)
     sent = {(c.lock, c.operation): c.docmultilock for c in counts}
     assert sent == dict.fromkeys(sent, ("findAndModify",))
-    assert {c.lock for c in counts} == {"WriteLock", "MultiLock"}
+    assert {c.lock for c in counts} == {"WriteLock", "MultiLock", "NamedLocks"}
 
 
 def test_the_floor_sends_one_find_and_modify_per_operation_too(uri: str) -> None:

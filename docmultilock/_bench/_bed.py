@@ -77,10 +77,15 @@ def payload(size: int) -> Doc:
 
 @dataclass(frozen=True)
 class Bed:
-    """Twin collections, ``locks`` for docmultilock and ``floor`` for the floor."""
+    """Twin collections, ``locks`` for docmultilock and ``floor`` for the floor.
+
+    ``named`` is the lock collection of the named-lock probes (kept apart: its TTL index
+    would delete the other documents).
+    """
 
     locks: Collection[Doc]
     floor: Collection[Doc]
+    named: Collection[Doc]
 
     def seed(self, count: int, size: int = 100, **fields: Any) -> None:
         """Insert documents ``_id`` 0 .. count-1 with ``size`` bytes of payload in both."""
@@ -90,9 +95,11 @@ class Bed:
 
     def sizes(self) -> str:
         """The number of documents on each side, for the report."""
+        named = self.named.count_documents({})
         return (
             f"{self.locks.count_documents({})} (docmultilock) + "
             f"{self.floor.count_documents({})} (floor) documents"
+            + (f", {named} named-lock documents" if named else "")
         )
 
 
@@ -101,10 +108,10 @@ def bed(client: MongoClient[Doc]) -> Iterator[Bed]:
     """Fresh twin collections in the bench database, dropped afterwards."""
     suffix = secrets.token_hex(4)
     database = client[DATABASE]
-    made = Bed(database[f"locks_{suffix}"], database[f"floor_{suffix}"])
+    made = Bed(*(database[f"{side}_{suffix}"] for side in ("locks", "floor", "named")))
     try:
         yield made
     finally:
-        for collection in (made.locks, made.floor):
+        for collection in (made.locks, made.floor, made.named):
             with contextlib.suppress(PyMongoError), pymongo.timeout(5.0):
                 collection.drop()

@@ -194,7 +194,7 @@ def _traffic(uri: str, twins: Bed, where: Doc) -> dict[str, int]:
     traffic = {}
     with connect(uri, [counter]) as client:
         database = client[twins.locks.database.name]
-        counted = Bed(database[twins.locks.name], database[twins.floor.name])
+        counted = Bed(*(database[c.name] for c in (twins.locks, twins.floor, twins.named)))
         for name, side in write_sides(counted, where).items():
             counter.clear()
             side.release(side.acquire())
