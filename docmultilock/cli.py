@@ -1,13 +1,16 @@
-"""The ``docmultilock`` command line; one subcommand for now, ``demo``.
+"""The ``docmultilock`` command line: ``demo`` and ``bench``.
 
 :func:`main` parses the arguments and runs the subcommand. It returns the exit status and
 never exits itself (the console script and ``python -m docmultilock`` do)::
 
     docmultilock demo                        # on a fresh embedded server
     docmultilock demo --uri mongodb://db.example:27017 --workers 8 --seconds 20
+    docmultilock bench                       # every scenario beside the raw pymongo floor
+    docmultilock bench --scenarios 1,2 --duration 5 --json
 
 Exit status: 0 when all went well, 1 when the command failed (for ``demo``: any
-mutual-exclusion violation or worker error), 2 for a usage error, 130 on Ctrl-C.
+mutual-exclusion violation or worker error; for ``bench``: the server or a worker failed),
+2 for a usage error, 130 on Ctrl-C. A bench target missed is reported, not an error.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 
+from pymongo.errors import PyMongoError
+
 from docmultilock import __version__
+from docmultilock._bench import SCENARIOS, BenchSettings, render_json, render_table, run_bench
+from docmultilock._bench._contended import WorkerError
 from docmultilock._demo import DemoSettings, run_demo
 from docmultilock.testing import URI_VARIABLE, EmbeddedServerError, mongodb_uri
 
@@ -141,6 +148,69 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.set_defaults(handler=_run_demo)
 
 
+def _scenarios(text: str) -> frozenset[int]:
+    try:
+        chosen = frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,2,8, not {text!r}") from None
+    unknown = sorted(chosen - set(SCENARIOS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"scenarios are {min(SCENARIOS)} to {max(SCENARIOS)}, not {text!r}"
+        )
+    return chosen
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    command = ["docmultilock bench", f"--duration {args.duration:g}"]
+    if args.scenarios != frozenset(SCENARIOS):
+        command.append("--scenarios " + ",".join(map(str, sorted(args.scenarios))))
+    if args.uri:
+        command.append(f"--uri <{hosts(args.uri)}>")
+    settings = BenchSettings(
+        uri=args.uri, duration=args.duration, scenarios=args.scenarios, command=" ".join(command)
+    )
+    try:
+        report = run_bench(settings)
+    except (EmbeddedServerError, PyMongoError, WorkerError) as exc:
+        print(f"docmultilock bench: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render_json(report) if args.json else render_table(report))
+    return 0
+
+
+def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    listing = "; ".join(f"{number} {title}" for number, title in SCENARIOS.items())
+    bench = commands.add_parser(
+        "bench",
+        help="measure every lock operation beside the raw pymongo floor",
+        description=(
+            "Measure docmultilock beside the floor: the same number of raw pymongo "
+            "find_one_and_update calls doing a hand-written single-document lock, in the same "
+            "run on the same server. Prints one table (or JSON) with docmultilock's figure, "
+            "the floor's, their ratio and the target. Without --uri each measurement gets a "
+            f"fresh embedded server. Scenarios: {listing}."
+        ),
+    )
+    _add_server_option(bench)
+    bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    bench.add_argument(
+        "--duration",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="seconds per scenario, shared by docmultilock and the floor (default 10)",
+    )
+    bench.add_argument(
+        "--scenarios",
+        type=_scenarios,
+        default=frozenset(SCENARIOS),
+        metavar="N,N",
+        help="which scenarios to run, by number (default: all)",
+    )
+    bench.set_defaults(handler=_run_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser: one subparser per subcommand, each naming its ``handler``."""
     parser = argparse.ArgumentParser(
@@ -150,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     _add_demo(commands)
+    _add_bench(commands)
     return parser
 
 

@@ -1,0 +1,28 @@
+"""``docmultilock bench``: every lock operation measured beside the raw pymongo floor.
+
+The floor (``_floor``) is the lock a user would write by hand: one ``find_one_and_update``
+with a small conditional pipeline. Every scenario runs both, in the same run on the same
+server, and reports docmultilock's figure, the floor's and their ratio::
+
+    report = run_bench(BenchSettings(duration=5.0, scenarios=frozenset({1, 2})))
+    print(render_table(report))
+
+Modules: ``_floor`` (the floor), ``_bed`` (clients and twin collections), ``_measure``
+(alternating timing loops), ``_commands`` (scenario 1), ``_single`` (2, 3, 6, 7, 8),
+``_contended`` and ``_worker`` (4, 5, 8), ``_report`` (rows, table, JSON, live line),
+``_run`` (which measurement gives which scenario, one server each).
+"""
+
+from docmultilock._bench._report import Progress, Report, Row, render_json, render_table
+from docmultilock._bench._run import SCENARIOS, BenchSettings, run_bench
+
+__all__ = [
+    "SCENARIOS",
+    "BenchSettings",
+    "Progress",
+    "Report",
+    "Row",
+    "render_json",
+    "render_table",
+    "run_bench",
+]

@@ -1,0 +1,111 @@
+"""Timing loops: acquire+release cycles, alternated between docmultilock and the floor.
+
+Both sides of a comparison run in the same process against the same server, in short
+alternating slices, so that drift on the server (or the machine) weighs on both alike.
+Client CPU is the process's own user+sys time (``time.process_time``) around the loop;
+pymongo's monitor threads count on both sides equally.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SIDES", "Sample", "Side", "alternate", "percentile"]
+
+#: The two sides of every comparison, in the order they alternate.
+SIDES = ("docmultilock", "floor")
+
+
+@dataclass(frozen=True)
+class Side:
+    """An acquire that must succeed, and the release of what it returned."""
+
+    acquire: Callable[[], Any]
+    release: Callable[[Any], object]
+
+
+@dataclass
+class Sample:
+    """Cycles run, their wall and CPU seconds, and each call's latency in seconds."""
+
+    cycles: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+    acquire: list[float] = field(default_factory=list)
+    release: list[float] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        """Cycles per wall-clock second."""
+        return self.cycles / self.wall if self.wall else 0.0
+
+    @property
+    def cpu_per_cycle(self) -> float:
+        """Client CPU seconds per cycle."""
+        return self.cpu / self.cycles if self.cycles else 0.0
+
+    @property
+    def seconds_per_cycle(self) -> float:
+        """Wall-clock seconds per cycle."""
+        return self.wall / self.cycles if self.cycles else 0.0
+
+
+def run_cycles(side: Side, seconds: float, into: Sample, *, at_least: int = 1) -> None:
+    """Run acquire+release cycles for ``seconds`` (and ``at_least`` cycles) into ``into``."""
+    clock = time.perf_counter
+    acquired, released = into.acquire, into.release
+    done = 0
+    cpu0 = time.process_time()
+    start = clock()
+    end = start + seconds
+    now = start
+    while now < end or done < at_least:
+        handle = side.acquire()
+        middle = clock()
+        side.release(handle)
+        later = clock()
+        acquired.append(middle - now)
+        released.append(later - middle)
+        now = later
+        done += 1
+    into.cpu += time.process_time() - cpu0
+    into.wall += now - start
+    into.cycles += done
+
+
+def alternate(
+    sides: dict[str, Side],
+    seconds: float,
+    *,
+    slices: int = 10,
+    warmup: int = 3,
+    at_least: int = 3,
+    tick: Callable[[float], None] = lambda done: None,
+) -> dict[str, Sample]:
+    """Run every side for about ``seconds`` in all, alternating ``slices`` times.
+
+    Each side first runs ``warmup`` uncounted cycles; ``tick`` hears the fraction done.
+    """
+    samples = {name: Sample() for name in sides}
+    for side in sides.values():
+        for _ in range(warmup):
+            side.release(side.acquire())
+    per_slice = seconds / slices / len(sides)
+    for index in range(slices):
+        for name, side in sides.items():
+            run_cycles(side, per_slice, samples[name], at_least=max(1, at_least // slices))
+        tick((index + 1) / slices)
+    return samples
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (``fraction`` from 0 to 1) of ``values``."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
