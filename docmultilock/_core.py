@@ -229,6 +229,9 @@ def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr
     ]
     others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
     mine = {"$filter": {"input": "$$live", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
+    # A tag with no cooperative or assertive partner has a constant-false case: leave the
+    # branch out, so the server evaluates (and parses) less.
+    branches = [branch for branch in branches if branch["case"] is not False]
     decide = {
         "$let": {
             "vars": {"others": others, "mine": mine},

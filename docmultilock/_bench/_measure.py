@@ -3,7 +3,9 @@
 Both sides of a comparison run in the same process against the same server, in short
 alternating slices, so that drift on the server (or the machine) weighs on both alike.
 Client CPU is the process's own user+sys time (``time.process_time``) around the loop;
-pymongo's monitor threads count on both sides equally.
+pymongo's monitor threads count on both sides, in proportion to the wall time. The calling
+thread's own CPU (``time.thread_time``) is kept beside it: the work each cycle makes the
+client do, without the background threads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Sample:
     cycles: int = 0
     wall: float = 0.0
     cpu: float = 0.0
+    thread_cpu: float = 0.0
     acquire: list[float] = field(default_factory=list)
     release: list[float] = field(default_factory=list)
 
@@ -49,6 +52,11 @@ class Sample:
         return self.cpu / self.cycles if self.cycles else 0.0
 
     @property
+    def thread_cpu_per_cycle(self) -> float:
+        """CPU seconds of the calling thread alone per cycle."""
+        return self.thread_cpu / self.cycles if self.cycles else 0.0
+
+    @property
     def seconds_per_cycle(self) -> float:
         """Wall-clock seconds per cycle."""
         return self.wall / self.cycles if self.cycles else 0.0
@@ -60,6 +68,7 @@ def run_cycles(side: Side, seconds: float, into: Sample, *, at_least: int = 1) -
     acquired, released = into.acquire, into.release
     done = 0
     cpu0 = time.process_time()
+    thread0 = time.thread_time()
     start = clock()
     end = start + seconds
     now = start
@@ -73,6 +82,7 @@ def run_cycles(side: Side, seconds: float, into: Sample, *, at_least: int = 1) -
         now = later
         done += 1
     into.cpu += time.process_time() - cpu0
+    into.thread_cpu += time.thread_time() - thread0
     into.wall += now - start
     into.cycles += done
 

@@ -105,6 +105,13 @@ def uncontended(context: Context) -> Outcome:
             floor.cpu_per_cycle * 1e6,
             Bound("<=", 1.25),
         ),
+        Row.make(
+            3,
+            "  of which the calling thread alone",
+            "µs",
+            mine.thread_cpu_per_cycle * 1e6,
+            floor.thread_cpu_per_cycle * 1e6,
+        ),
         *latency_rows(
             8,
             "uncontended",
