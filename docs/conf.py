@@ -47,11 +47,13 @@ nitpick_ignore = [
     ("py:class", "collections.abc.Iterator"),
     ("py:class", "collections.abc.Mapping"),
     ("py:class", "collections.abc.Sequence"),
+    ("py:class", "contextlib.AbstractContextManager"),
     ("py:class", "datetime.datetime"),
     ("py:class", "datetime.timedelta"),
     ("py:class", "os.PathLike"),
     ("py:class", "pymongo.MongoClient"),
     ("py:class", "pymongo.synchronous.collection.Collection"),
+    ("py:class", "threading.Event"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),

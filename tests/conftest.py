@@ -6,7 +6,7 @@ The server, client and per-test collection come from docmultilock's own pytest p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -67,6 +67,22 @@ def counted(uri: str, collection: Collection[Doc]) -> Iterator[tuple[Collection[
         yield counting[collection.database.name][collection.name], log
     finally:
         counting.close()
+
+
+@pytest.fixture
+def fail_point(client: MongoClient[Doc]) -> Iterator[Callable[..., None]]:
+    """Arm ``failCommand`` for findAndModify; always switched off afterwards."""
+
+    def arm(**data: Any) -> None:
+        client.admin.command(
+            "configureFailPoint",
+            "failCommand",
+            mode={"times": 1},
+            data={"failCommands": ["findAndModify"], **data},
+        )
+
+    yield arm
+    client.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
 @pytest.fixture(scope="session")

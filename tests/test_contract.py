@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
 from pymongo.collection import Collection
 
 from docmultilock import (
@@ -227,22 +226,6 @@ def test_error_factory_leaves_bad_arguments_alone(
     locks = make(collection, error_factory=Translated)
     with pytest.raises(InvalidArgument):
         take(locks, {})
-
-
-@pytest.fixture
-def fail_point(client: MongoClient[Doc], is_embedded: bool) -> Iterator[Callable[..., None]]:
-    """Arm ``failCommand`` for findAndModify; always switched off afterwards."""
-
-    def arm(**data: Any) -> None:
-        client.admin.command(
-            "configureFailPoint",
-            "failCommand",
-            mode={"times": 1},
-            data={"failCommands": ["findAndModify"], **data},
-        )
-
-    yield arm
-    client.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
 def test_a_server_error_becomes_db_error_with_the_cause(
