@@ -65,12 +65,6 @@ class Extender:
             if threading.current_thread() is not self._thread:
                 self._cond.wait_for(lambda: self._running is not renewal)
 
-    @property
-    def size(self) -> int:
-        """How many renewals are registered."""
-        with self._cond:
-            return len(self._wanted)
-
     def _next(self) -> Renewal | None:
         """Wait for the earliest due renewal and mark it running; None once none is left."""
         with self._cond:
