@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from docmultilock._hold import HeldLock
 from docmultilock._lock import Lock, LockSchema
 from docmultilock._named import NamedLocks
 from docmultilock._sync import MultiLock, WriteLock
@@ -28,6 +29,7 @@ from docmultilock.errors import (
     LockConflict,
     LockError,
     LockNotFound,
+    LockTimeout,
     LockWasReacquired,
     ResourceNotFound,
 )
@@ -44,6 +46,7 @@ __all__ = [
     "CooperativeLock",
     "DbError",
     "DbTimeout",
+    "HeldLock",
     "IncompatibleLockField",
     "InvalidArgument",
     "InvalidConfiguration",
@@ -53,6 +56,7 @@ __all__ = [
     "LockError",
     "LockNotFound",
     "LockSchema",
+    "LockTimeout",
     "LockWasReacquired",
     "MultiLock",
     "NamedLocks",

@@ -9,7 +9,7 @@ from docmultilock._lock import Lock
 from docmultilock._rules import TagRules
 from docmultilock.errors import InvalidArgument
 
-__all__ = ["check_filter", "check_lock", "check_tag", "document_target"]
+__all__ = ["check_filter", "check_lock", "check_tag", "document_target", "tag_or_only"]
 
 
 def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
@@ -32,6 +32,16 @@ def check_tag(tag: object, rules: TagRules) -> str:
         declared = ", ".join(repr(t) for t in sorted(rules.tags))
         raise InvalidArgument(f"undeclared tag {tag!r}; declared tags: {declared}")
     return tag
+
+
+def tag_or_only(tag: object, rules: TagRules) -> str:
+    """``check_tag``, with ``None`` meaning the one tag of a table that declares only one."""
+    if tag is None:
+        if len(rules.tags) != 1:
+            declared = ", ".join(repr(t) for t in sorted(rules.tags))
+            raise InvalidArgument(f"give tag=: this lock manager declares {declared}")
+        (tag,) = rules.tags
+    return check_tag(tag, rules)
 
 
 def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:

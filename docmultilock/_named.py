@@ -21,7 +21,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import CollectionInvalid, PyMongoError
 
-from docmultilock._args import document_target
+from docmultilock._args import document_target, tag_or_only
 from docmultilock._driver import deadline, translate
 from docmultilock._lock import Lock
 from docmultilock._rules import WRITE_ONLY
@@ -136,18 +136,10 @@ class NamedLocks(_LockManager):
     ) -> Lock:
         if tag is None and lock is None:
             self._check_key(key)
-            tag = self._sole_tag()
+            tag = tag_or_only(None, self.options.rules)
         granted = super()._acquire(key, tag, lock, lock_timeout, timeout, w)
         self._index_once()
         return granted
-
-    def _sole_tag(self) -> str:
-        tags = self.options.rules.tags
-        if len(tags) != 1:
-            raise InvalidArgument(
-                f"give tag= (one of {', '.join(repr(t) for t in sorted(tags))}) or lock="
-            )
-        return next(iter(tags))
 
     def acquire(
         self,

@@ -18,6 +18,7 @@ from pymongo.errors import PyMongoError
 from docmultilock._args import check_filter, check_lock, check_tag, document_target
 from docmultilock._core import Command, LockCore
 from docmultilock._driver import WriteConcernViews, deadline, execute, is_transient, translate
+from docmultilock._hold import HeldLock, OnLost, Pacing, hold, plan_hold
 from docmultilock._idempotence import ATTEMPTS, Sent, UnsureReleases, retry_pause
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
@@ -52,7 +53,10 @@ def new_lock_id() -> str:
 
 
 class _LockManager:
-    """What every lock manager shares: the raw operations, and running a plan's command."""
+    """What every lock manager shares: the raw operations, hold, and running a command."""
+
+    #: Where ``hold(wait=...)`` reads time, sleeps and draws jitter (tests replace it).
+    _pacing: Pacing = Pacing()
 
     def __init__(
         self,
@@ -244,6 +248,57 @@ class _LockManager:
         held = check_lock(lock, self.options.rules, granted=True)
         _, target = self._locate(key, held)
         return self._core.guard(target, held)
+
+    def hold(
+        self,
+        key: Mapping[str, Any] | str,
+        *,
+        tag: str | None = None,
+        wait: Duration | None = None,
+        backoff: tuple[float, float] = (0.01, 0.8),
+        keepalive: bool = False,
+        extend_every: Duration | None = None,
+        on_lost: OnLost | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> contextlib.AbstractContextManager[HeldLock]:
+        """Hold a lock on ``key`` for the span of a ``with`` block; release it on the way out.
+
+        ::
+
+            with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
+                orders.update_one(held.guard(), {"$set": {"status": "paid"}})
+
+        :param tag: the lock's tag; may be left out when the manager declares only one.
+        :param wait: seconds to go on trying while refused, with exponential backoff and
+            full jitter between ``backoff=(min, max)`` seconds; ``None`` tries once. A
+            pending assertive lock is continued meanwhile, and released if the wait fails.
+        :param keepalive: extend the lock every ``extend_every`` seconds (a third of its
+            lifetime by default) from the process's one keep-alive thread.
+        :param on_lost: called as ``on_lost(lock, error)`` once, when the lock is found lost;
+            from the keep-alive thread, so keep it short. Its exceptions are logged.
+        :raises LockTimeout: ``wait`` ran out; nothing is left on the document.
+        :raises LockConflict: refused, without ``wait`` (as :meth:`acquire` raises).
+        :raises LockNotFound: after a block that ended normally, when the lock was lost
+            meanwhile (or the error that made the keep-alive fail): the block was not
+            protected throughout. An exception from the block itself is never replaced.
+        :raises InvalidArgument: before anything is written.
+        """
+        spec = plan_hold(
+            self,
+            key,
+            tag=tag,
+            wait=wait,
+            backoff=backoff,
+            keepalive=keepalive,
+            extend_every=extend_every,
+            on_lost=on_lost,
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+        )
+        return hold(self, spec, self._pacing)
 
 
 class _DocumentLocks(_LockManager):

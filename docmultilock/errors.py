@@ -8,8 +8,9 @@ The tree, with ``status_code`` and the builtin each error also is::
     │   ├── CooperativeLock        409  refused: a cooperative tag is held (.blocking_tags)
     │   │   └── LockAlreadyTaken   409  the WriteLock case
     │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
-    │   └── LockNotFound           409  the lock is no longer there (expired or displaced)
-    │       └── LockWasReacquired  409  the WriteLock case
+    │   ├── LockNotFound           409  the lock is no longer there (expired or displaced)
+    │   │   └── LockWasReacquired  409  the WriteLock case
+    │   └── LockTimeout            409  hold(wait=...) ran out of time (TimeoutError; .attempts)
     ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
     └── DbError                    500  the database failed; the pymongo error is ``__cause__``
         └── DbTimeout              504  ... because an operation ran out of time (TimeoutError)
@@ -44,6 +45,7 @@ __all__ = [
     "LockConflict",
     "LockError",
     "LockNotFound",
+    "LockTimeout",
     "LockWasReacquired",
     "ResourceNotFound",
 ]
@@ -202,6 +204,37 @@ class LockWasReacquired(LockNotFound):
     """A :class:`~docmultilock.WriteLock` is no longer held: it expired or another took it."""
 
     title = "Lock was reacquired"
+
+
+class LockTimeout(LockConflict, TimeoutError):
+    """Waiting for the lock (``hold(..., wait=...)``) ran out of time; nothing is left behind.
+
+    The last refusal is ``__cause__``. ``attempts`` counts the acquisitions tried,
+    ``waited`` the seconds spent, and ``blocking_tags`` names the tags in the way at the end.
+    """
+
+    title = "Lock wait timed out"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        attempts: int,
+        waited: float,
+        blocking_tags: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, filter=filter)
+        self.attempts = attempts
+        self.waited = waited
+        self.blocking_tags = tuple(blocking_tags)
+
+    def _extra(self) -> dict[str, Any]:
+        return {
+            "attempts": self.attempts,
+            "waited": self.waited,
+            "blocking_tags": list(self.blocking_tags),
+        }
 
 
 class IncompatibleLockField(LockError):

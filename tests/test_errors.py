@@ -23,6 +23,7 @@ from docmultilock import (
     LockConflict,
     LockError,
     LockNotFound,
+    LockTimeout,
     LockWasReacquired,
     ResourceNotFound,
 )
@@ -48,6 +49,7 @@ LOCK = Lock(
         (AssertiveLock, 409),
         (LockNotFound, 409),
         (LockWasReacquired, 409),
+        (LockTimeout, 409),
         (DbError, 500),
         (DbTimeout, 504),
         (IncompatibleLockField, 500),
@@ -60,8 +62,9 @@ def test_each_error_carries_its_http_status(error: type[LockError], status: int)
 def test_the_tree_lets_one_except_catch_both_lock_classes_refusals() -> None:
     assert issubclass(LockAlreadyTaken, CooperativeLock)
     assert issubclass(LockWasReacquired, LockNotFound)
-    for conflict in (CooperativeLock, AssertiveLock, LockNotFound):
+    for conflict in (CooperativeLock, AssertiveLock, LockNotFound, LockTimeout):
         assert issubclass(conflict, LockConflict)
+    assert issubclass(LockTimeout, TimeoutError)
     assert issubclass(DbTimeout, DbError)
     assert issubclass(DbTimeout, TimeoutError)
 
@@ -113,6 +116,7 @@ def test_assertive_lock_to_dict_includes_the_pending_lock() -> None:
         AssertiveLock("wait", filter={"_id": 1}, lock=LOCK, blocking_tags=("read",)),
         LockWasReacquired("lost", filter={"_id": 1}, lock=LOCK),
         DbTimeout("slow", filter={"_id": 1}),
+        LockTimeout("gave up", filter={"_id": 1}, attempts=4, waited=1.5, blocking_tags=("write",)),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -121,6 +125,24 @@ def test_errors_pickle_with_their_data(err: LockError) -> None:
     assert type(again) is type(err)
     assert again.to_dict() == err.to_dict()
     assert str(again) == str(err)
+
+
+def test_lock_timeout_carries_how_long_it_waited() -> None:
+    err = LockTimeout("gave up after 1.5 s", attempts=4, waited=1.5, blocking_tags=("read",))
+    assert str(err) == "gave up after 1.5 s"
+    assert repr(err) == "LockTimeout('gave up after 1.5 s')"
+    assert err.to_dict() == {
+        "code": "LockTimeout",
+        "status_code": 409,
+        "message": "gave up after 1.5 s",
+        "filter": None,
+        "attempts": 4,
+        "waited": 1.5,
+        "blocking_tags": ["read"],
+    }
+    again = pickle.loads(pickle.dumps(err))
+    assert (again.attempts, again.waited, again.blocking_tags) == (4, 1.5, ("read",))
+    assert isinstance(again, TimeoutError)
 
 
 def test_invalid_configuration_names_every_problem_and_pickles() -> None:

@@ -40,6 +40,24 @@ def test_quickstart_shows_the_write_lock_then_the_readers_and_writer(uri: str) -
     assert lines[-1] == "order now: {'_id': 1, 'status': 'paid', 'total': 10}"
 
 
+def test_edit_example_writes_guarded_and_reports_the_loss(uri: str) -> None:
+    lines = run_example("edit_document.py", uri).splitlines()
+
+    assert lines[:5] == [
+        "editing INV-1: 1 line(s), total 10",
+        "guarded write: matched 1",
+        "second editor gave up: LockTimeout (HTTP 409)",
+        "reader refused during the edit: CooperativeLock",
+        "edit done, lock released",
+    ]
+    assert lines[-4:] == [
+        "guarded write after the loss: matched 0",
+        "hold() raised after the block: LockNotFound",
+        "on_lost was called with: ['LockNotFound']",
+        "invoice now: status=draft total=90",
+    ]
+
+
 def test_web_example_answers_conflicts_with_problem_json(uri: str) -> None:
     lines = run_example("web_werkzeug.py", uri).splitlines()
 

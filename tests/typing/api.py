@@ -69,4 +69,17 @@ def usage() -> None:
         named_guard: dict[str, Any] = jobs.guard("nightly-report", job)
         print(fenced, named_guard)
         jobs.release("nightly-report", job)
+
+        def on_lost(lost: Lock, error: LockError) -> None:
+            print(lost.id, error.code)
+
+        with ml.hold(
+            {"_id": 1}, tag="write", wait=timedelta(seconds=5), keepalive=True, on_lost=on_lost
+        ) as held:
+            current: Lock = held.lock
+            orders.update_one(held.guard(), {"$set": {"total": current.fence}})
+            if held.lost.is_set():
+                return
+        with wl.hold({"_id": 1}, wait=2.0, backoff=(0.05, 1.0), extend_every=1.0, timeout=2):
+            pass
         client.close()

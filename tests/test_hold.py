@@ -1,0 +1,545 @@
+"""hold(): waiting, keep-alive, loss and release, over every lock manager."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.collection import Collection
+
+from docmultilock import (
+    AssertiveLock,
+    DbError,
+    DbTimeout,
+    InvalidArgument,
+    Lock,
+    LockConflict,
+    LockError,
+    LockNotFound,
+    LockTimeout,
+    MultiLock,
+    NamedLocks,
+    ResourceNotFound,
+    WriteLock,
+)
+from docmultilock._hold import Backoff, HeldLock, Pacing
+from docmultilock._keepalive import THREAD_NAME
+from docmultilock.testing import EmbeddedServer
+from tests.helpers import USER_FIELDS, CommandLog, stored_lock, wait_until
+
+Doc = dict[str, Any]
+Manager = WriteLock | MultiLock | NamedLocks
+
+
+@dataclass
+class Subject:
+    """One lock manager class under test: how to build it, its keys, where its state lives."""
+
+    make: Callable[..., Manager]  # (collection, **options) -> a manager
+    collection: Collection[Doc]  # where the lock state is stored
+    tag: str | None  # what hold() is given as tag=
+    new_key: Callable[[int], Any]  # a lockable key number i (creating what it needs)
+    state: Callable[[Any], Doc]  # key -> filter of the document holding its lock state
+    key: Any = None
+    locks: Manager = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = self.new_key(1)
+        self.locks = self.make(self.collection)
+
+    def manager(self, **options: Any) -> Manager:
+        return self.make(self.collection, **options)
+
+    def hold(
+        self, locks: Manager | None = None, key: Any = None, **kwargs: Any
+    ) -> contextlib.AbstractContextManager[HeldLock]:
+        locks = self.locks if locks is None else locks
+        return locks.hold(self.key if key is None else key, tag=self.tag, **kwargs)
+
+    def stored(self, key: Any = None) -> Any:
+        found = self.collection.find_one(self.state(self.key if key is None else key))
+        return None if found is None else found.get("lock")
+
+    def holders(self) -> list[Doc]:
+        stored = self.stored()
+        return [] if stored is None else list(stored.get("holders", []))
+
+    def steal(self) -> None:
+        """What an administrator does to break a lock: remove the lock field."""
+        self.collection.update_one(self.state(self.key), {"$unset": {"lock": ""}})
+
+    def is_refused(self) -> bool:
+        """True when another manager cannot take the lock now."""
+        try:
+            with self.hold(self.manager()):
+                return False
+        except LockConflict:
+            return True
+
+
+def _in_document(cls: type[Manager], tag: str | None) -> Callable[[Collection[Doc]], Subject]:
+    def build(collection: Collection[Doc]) -> Subject:
+        def new_key(i: int) -> Doc:
+            collection.insert_one({"_id": i, **USER_FIELDS})
+            return {"_id": i}
+
+        return Subject(cls, collection, tag, new_key, state=lambda key: key)
+
+    return build
+
+
+#: Every lock manager hold() runs on; a new manager is one more line here.
+def _named(collection: Collection[Doc]) -> Subject:
+    def make(collection: Collection[Doc], **options: Any) -> NamedLocks:
+        return NamedLocks(collection.database, collection.name, **options)
+
+    return Subject(make, collection, None, lambda i: f"job-{i}", state=lambda name: {"_id": name})
+
+
+SUBJECTS: dict[str, Callable[[Collection[Doc]], Subject]] = {
+    "WriteLock": _in_document(WriteLock, None),
+    "MultiLock": _in_document(MultiLock, "write"),
+    "NamedLocks": _named,
+}
+
+
+@pytest.fixture(params=sorted(SUBJECTS))
+def build(request: pytest.FixtureRequest) -> Callable[[Collection[Doc]], Subject]:
+    return SUBJECTS[request.param]
+
+
+@pytest.fixture
+def subject(build: Callable[[Collection[Doc]], Subject], collection: Collection[Doc]) -> Subject:
+    return build(collection)
+
+
+@dataclass
+class FakePacing:
+    """A clock that moves only when the waiting loop sleeps; records every delay drawn."""
+
+    then: Callable[[int], None] = lambda n: None  # run after sleep number n (1, 2, ...)
+    now: float = 0.0
+    sleeps: list[float] = field(default_factory=list)
+    bounds: list[tuple[float, float]] = field(default_factory=list)
+    draw: Callable[[float, float], float] = lambda low, high: high
+
+    def install(self, locks: Manager) -> None:
+        locks._pacing = Pacing(lambda: self.now, self.sleep, self.uniform)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        self.then(len(self.sleeps))
+
+    def uniform(self, low: float, high: float) -> float:
+        self.bounds.append((low, high))
+        return self.draw(low, high)
+
+
+def extender_threads() -> int:
+    return sum(thread.name == THREAD_NAME for thread in threading.enumerate())
+
+
+# -- the plain case ---------------------------------------------------------------------
+
+
+def test_hold_holds_the_lock_in_the_block_and_releases_it_after(subject: Subject) -> None:
+    with subject.hold() as held:
+        assert [h["id"] for h in subject.holders()] == [held.lock.id]
+        assert subject.is_refused()
+        assert not held.lost.is_set()
+    assert subject.holders() == []
+
+
+def test_the_only_declared_tag_is_the_default(collection: Collection[Doc], doc: Doc) -> None:
+    with WriteLock(collection).hold(doc) as held:
+        assert held.lock.tag == "write"
+
+
+def test_tag_is_required_when_several_are_declared(rw_lock: MultiLock, doc: Doc) -> None:
+    with pytest.raises(InvalidArgument, match="give tag="), rw_lock.hold(doc):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("arguments", "complaint"),
+    [
+        ({"tag": "admin"}, "undeclared tag"),
+        ({"wait": 0}, "wait"),
+        ({"wait": "5"}, "wait"),
+        ({"backoff": (0.5, 0.1)}, "backoff"),
+        ({"backoff": (0, 1)}, "backoff"),
+        ({"backoff": 1.0}, "backoff"),
+        ({"keepalive": 1}, "keepalive"),
+        ({"extend_every": 10.0, "lock_timeout": 3.0}, "extend_every"),
+        ({"extend_every": -1}, "extend_every"),
+        ({"on_lost": "print"}, "on_lost"),
+        ({"lock_timeout": 0}, "lock_timeout"),
+        ({"timeout": True}, "timeout"),
+        ({"w": 0}, "w must"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_written(
+    subject: Subject, arguments: Doc, complaint: str
+) -> None:
+    kwargs = {"tag": subject.tag, **arguments}
+    with pytest.raises(InvalidArgument, match=complaint), subject.locks.hold(subject.key, **kwargs):
+        pass
+    assert subject.stored() is None
+
+
+def test_a_bad_key_is_refused(subject: Subject) -> None:
+    with pytest.raises(InvalidArgument), subject.hold(key=42):
+        pass
+
+
+# -- waiting ------------------------------------------------------------------------------
+
+
+def test_without_wait_a_refusal_is_raised_after_one_attempt(
+    build: Callable[[Collection[Doc]], Subject], counted: tuple[Collection[Doc], CommandLog]
+) -> None:
+    collection, log = counted
+    subject = build(collection)
+    with subject.hold():
+        log.names.clear()
+        with pytest.raises(LockConflict) as exc, subject.hold(subject.manager()):
+            pass
+        assert log.names == ["findAndModify"]
+    assert not isinstance(exc.value, LockTimeout)
+
+
+def test_wait_retries_with_backoff_until_the_lock_is_free(
+    build: Callable[[Collection[Doc]], Subject], counted: tuple[Collection[Doc], CommandLog]
+) -> None:
+    collection, log = counted
+    subject = build(collection)
+    waiter = subject.manager()
+    with contextlib.ExitStack() as holding:
+        holding.enter_context(subject.hold())
+        fake = FakePacing(then=lambda n: holding.close() if n == 3 else None)
+        fake.install(waiter)
+        log.names.clear()
+        with subject.hold(waiter, wait=5.0, backoff=(0.1, 0.3)) as held:
+            # Refused three times, granted at the fourth (the holder's release is between).
+            assert log.names == ["findAndModify"] * 5
+            assert [h["id"] for h in subject.holders()] == [held.lock.id]
+    assert fake.sleeps == [0.2, 0.3, 0.3]
+
+
+def test_backoff_delays_grow_exponentially_within_full_jitter(subject: Subject) -> None:
+    fake = FakePacing(draw=random.Random(7).uniform)
+    waiter = subject.manager()
+    fake.install(waiter)
+    with subject.hold(), pytest.raises(LockTimeout), subject.hold(waiter, wait=2.0):
+        pass
+    low, high = 0.01, 0.8
+    assert fake.bounds == [(low, min(high, low * 2**n)) for n in range(1, len(fake.bounds) + 1)]
+    for (a, b), slept in zip(fake.bounds[:-1], fake.sleeps[:-1], strict=True):
+        assert a <= slept <= b
+    assert fake.sleeps[-1] <= fake.bounds[-1][1]  # the last one is cut at the deadline
+    assert sum(fake.sleeps) == pytest.approx(2.0)
+
+
+def test_the_backoff_ceiling_doubles_up_to_max_and_never_overflows() -> None:
+    backoff = Backoff(0.01, 0.8)
+    assert [backoff.bounds(n)[1] for n in range(1, 9)] == pytest.approx(
+        [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 0.8, 0.8]
+    )
+    assert backoff.bounds(10_000) == (0.01, 0.8)
+
+
+def test_wait_ends_in_lock_timeout_with_the_last_refusal(subject: Subject) -> None:
+    fake = FakePacing()
+    waiter = subject.manager()
+    fake.install(waiter)
+    with subject.hold() as held:
+        with pytest.raises(LockTimeout) as exc, subject.hold(waiter, wait=1.0, backoff=(0.1, 0.4)):
+            pass
+        assert [h["id"] for h in subject.holders()] == [held.lock.id]
+    err = exc.value
+    assert isinstance(err, TimeoutError)
+    assert isinstance(err, LockConflict)
+    assert err.status_code == 409
+    assert err.attempts == 4  # at 0, 0.2, 0.6 and 1.0 seconds
+    assert err.waited == pytest.approx(1.0)
+    assert err.blocking_tags == ("write",)
+    assert isinstance(err.__cause__, LockConflict)
+    assert "4 attempts" in str(err)
+
+
+def test_a_pending_assertive_lock_is_continued_not_restarted(rw_lock: MultiLock, doc: Doc) -> None:
+    reader = rw_lock.acquire(doc, tag="read")
+    seen: list[list[str]] = []
+
+    def then(n: int) -> None:
+        seen.append([h["id"] for h in stored_lock(rw_lock.collection)["holders"]])
+        if n == 2:
+            rw_lock.release(doc, reader)
+
+    FakePacing(then=then).install(rw_lock)
+    with rw_lock.hold(doc, tag="write", wait=5.0) as held:
+        assert not held.lock.pending
+    pending_id = seen[0][1]
+    assert seen == [[reader.id, pending_id], [reader.id, pending_id]]
+    assert held.lock.id == pending_id
+
+
+def test_a_pending_assertive_lock_is_released_on_timeout(rw_lock: MultiLock, doc: Doc) -> None:
+    reader = rw_lock.acquire(doc, tag="read")
+    FakePacing().install(rw_lock)
+    with pytest.raises(LockTimeout) as exc, rw_lock.hold(doc, tag="write", wait=1.0):
+        pass
+    assert isinstance(exc.value.__cause__, AssertiveLock)
+    assert exc.value.blocking_tags == ("read",)
+    assert [h["id"] for h in stored_lock(rw_lock.collection)["holders"]] == [reader.id]
+
+
+def test_a_pending_assertive_lock_is_released_when_the_wait_is_interrupted(
+    rw_lock: MultiLock, doc: Doc
+) -> None:
+    reader = rw_lock.acquire(doc, tag="read")
+
+    def interrupt(n: int) -> None:
+        raise KeyboardInterrupt
+
+    FakePacing(then=interrupt).install(rw_lock)
+    with pytest.raises(KeyboardInterrupt), rw_lock.hold(doc, tag="write", wait=5.0):
+        pass
+    assert [h["id"] for h in stored_lock(rw_lock.collection)["holders"]] == [reader.id]
+
+
+def test_without_wait_a_pending_assertive_lock_is_released_and_raised(
+    rw_lock: MultiLock, doc: Doc
+) -> None:
+    reader = rw_lock.acquire(doc, tag="read")
+    with pytest.raises(AssertiveLock), rw_lock.hold(doc, tag="write"):
+        pass
+    assert [h["id"] for h in stored_lock(rw_lock.collection)["holders"]] == [reader.id]
+
+
+# -- keep-alive ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_keepalive_keeps_the_lock_well_past_its_lifetime(subject: Subject) -> None:
+    with subject.hold(keepalive=True, lock_timeout=0.6) as held:
+        first = held.lock
+        time.sleep(2.0)
+        assert subject.is_refused()
+        assert subject.collection.update_one(held.guard(), {"$set": {"total": 11}}).matched_count
+        assert held.lock.id == first.id
+        assert held.lock.expires_at > first.expires_at
+        assert not held.lost.is_set()
+    assert subject.holders() == []
+
+
+def test_a_stolen_lock_sets_lost_and_calls_on_lost_once(subject: Subject) -> None:
+    calls: list[tuple[Lock, LockError]] = []
+    with contextlib.ExitStack() as block:
+        held = block.enter_context(
+            subject.hold(
+                keepalive=True,
+                lock_timeout=0.6,
+                on_lost=lambda lock, err: calls.append((lock, err)),
+            )
+        )
+        subject.steal()
+        assert held.lost.wait(10.0)
+        with pytest.raises(LockNotFound) as exc:
+            block.close()
+    assert calls == [(held.lock, exc.value)]
+    assert held.error is exc.value
+
+
+@pytest.mark.slow
+def test_a_stopped_server_sets_lost_and_the_loss_is_raised(
+    build: Callable[[Collection[Doc]], Subject],
+) -> None:
+    calls: list[LockError] = []
+    with EmbeddedServer() as server:
+        # A short server selection: closing the client after the server stopped waits for it.
+        client: MongoClient[Doc] = MongoClient(
+            server.uri, timeoutMS=5_000, serverSelectionTimeoutMS=1_000
+        )
+        try:
+            subject = build(client["docmultilock_test"]["stopped"])
+            locks = subject.manager(timeout=1.0)
+            with contextlib.ExitStack() as block:
+                held = block.enter_context(
+                    subject.hold(
+                        locks,
+                        keepalive=True,
+                        lock_timeout=1.5,
+                        on_lost=lambda lock, err: calls.append(err),
+                    )
+                )
+                server.stop()
+                assert held.lost.wait(10.0)
+                with pytest.raises(DbError):
+                    block.close()
+        finally:
+            client.close()
+    assert len(calls) == 1
+    assert isinstance(calls[0], DbError)
+
+
+def test_a_stalled_extension_gives_up_and_the_lock_counts_as_lost(
+    subject: Subject, fail_point: Callable[..., None]
+) -> None:
+    with contextlib.ExitStack() as block:
+        held = block.enter_context(subject.hold(keepalive=True, lock_timeout=0.9))
+        fail_point(blockConnection=True, blockTimeMS=4000)
+        assert held.lost.wait(10.0)
+        assert isinstance(held.error, DbTimeout)
+        with pytest.raises(DbTimeout):
+            block.close()
+
+
+def test_an_exception_from_on_lost_is_logged_not_raised(
+    subject: Subject, caplog: pytest.LogCaptureFixture
+) -> None:
+    def on_lost(lock: Lock, err: LockError) -> None:
+        raise RuntimeError("on_lost broke")
+
+    with contextlib.ExitStack() as block:
+        held = block.enter_context(subject.hold(keepalive=True, lock_timeout=0.6, on_lost=on_lost))
+        subject.steal()
+        assert held.lost.wait(10.0)
+        with pytest.raises(LockNotFound):
+            block.close()
+    assert any("on_lost raised" in r.message and r.exc_info for r in caplog.records)
+
+
+@pytest.mark.slow
+def test_threads_holding_different_locks_share_one_extender_thread(subject: Subject) -> None:
+    wait_until(lambda: extender_threads() == 0)
+    keys = [subject.new_key(i) for i in range(2, 7)]
+    all_held = threading.Barrier(len(keys) + 1)
+    checked = threading.Barrier(len(keys) + 1)
+    results: list[object] = []
+
+    def work(key: Doc) -> None:
+        try:
+            with subject.hold(key=key, keepalive=True, lock_timeout=0.6) as held:
+                all_held.wait(10)
+                checked.wait(10)
+                update = subject.collection.update_one(held.guard(), {"$set": {"total": 1}})
+                results.append(update.matched_count == 1 and not held.lost.is_set())
+        except BaseException as exc:  # reported by the main thread
+            results.append(exc)
+            all_held.abort()
+            checked.abort()
+
+    threads = [threading.Thread(target=work, args=(key,)) for key in keys]
+    for thread in threads:
+        thread.start()
+    all_held.wait(10)
+    assert extender_threads() == 1
+    time.sleep(1.5)  # more than twice the locks' lifetime
+    checked.wait(10)
+    for thread in threads:
+        thread.join(10)
+    assert results == [True] * len(keys)
+    wait_until(lambda: extender_threads() == 0)
+
+
+def test_the_extender_thread_stops_when_nothing_is_held_and_starts_again(
+    subject: Subject,
+) -> None:
+    for _ in range(2):
+        with subject.hold(keepalive=True):
+            assert extender_threads() == 1
+        wait_until(lambda: extender_threads() == 0)
+
+
+# -- loss and release ------------------------------------------------------------------------
+
+
+def test_the_loss_is_raised_after_a_block_that_ended_normally(subject: Subject) -> None:
+    with pytest.raises(LockNotFound) as exc, subject.hold() as held:
+        subject.steal()
+    assert held.lost.is_set()
+    assert exc.value.lock.id == held.lock.id
+
+
+def test_an_expired_lock_is_reported_after_the_block_even_if_nobody_took_it(
+    subject: Subject,
+) -> None:
+    with pytest.raises(LockNotFound), subject.hold(lock_timeout=0.2) as held:
+        time.sleep(0.4)
+    assert held.lost.is_set()
+    assert subject.holders() == []
+
+
+def test_guard_makes_a_write_after_the_loss_match_nothing(subject: Subject) -> None:
+    with contextlib.ExitStack() as block:
+        held = block.enter_context(subject.hold())
+        assert subject.collection.update_one(held.guard(), {"$set": {"total": 1}}).matched_count
+        subject.steal()
+        late = subject.collection.update_one(held.guard(), {"$set": {"total": 2}})
+        assert late.matched_count == 0
+        with pytest.raises(LockNotFound):
+            block.close()
+
+
+def test_a_release_after_the_loss_does_not_mask_the_blocks_exception(
+    subject: Subject, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[HeldLock] = []
+
+    def block() -> None:
+        with subject.hold() as held:
+            seen.append(held)
+            subject.steal()
+            _ = 1 / 0
+
+    with caplog.at_level(logging.WARNING, "docmultilock"), pytest.raises(ZeroDivisionError):
+        block()
+    assert seen[0].lost.is_set()
+    assert any(seen[0].lock.id in r.getMessage() for r in caplog.records)
+
+
+def test_the_block_can_raise_anything_and_the_lock_is_released(subject: Subject) -> None:
+    with pytest.raises(KeyboardInterrupt), subject.hold(keepalive=True):
+        raise KeyboardInterrupt
+    assert subject.holders() == []
+    assert not subject.is_refused()
+
+
+# -- error_factory ----------------------------------------------------------------------------
+
+
+class Translated(Exception):
+    pass
+
+
+@pytest.fixture
+def translated(subject: Subject) -> Manager:
+    return subject.manager(error_factory=lambda err: Translated(err.code))
+
+
+def test_error_factory_applies_to_holds_own_errors(subject: Subject, translated: Manager) -> None:
+    with subject.hold(), pytest.raises(Translated) as refused, subject.hold(translated):
+        pass
+    assert isinstance(refused.value.__cause__, LockConflict)
+    with pytest.raises(Translated) as lost, subject.hold(translated):
+        subject.steal()
+    assert isinstance(lost.value.__cause__, LockNotFound)
+
+
+def test_error_factory_leaves_the_blocks_exceptions_alone(
+    subject: Subject, translated: Manager
+) -> None:
+    mine = ResourceNotFound("the block's own")
+    with pytest.raises(ResourceNotFound) as exc, subject.hold(translated):
+        raise mine
+    assert exc.value is mine
