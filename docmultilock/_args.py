@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from docmultilock._lock import Lock
+from docmultilock._lock import LOCK_ID_PATTERN, Lock, document_id_problem
 from docmultilock._rules import TagRules
 from docmultilock.errors import InvalidArgument
 
@@ -45,10 +45,20 @@ def tag_or_only(tag: object, rules: TagRules) -> str:
 
 
 def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:
-    """Accept a :class:`Lock` of a declared tag (and, with ``granted``, not pending)."""
+    """Accept a :class:`Lock` of a declared tag (and, with ``granted``, not pending).
+
+    A Lock may have been built by hand rather than returned by a lock manager or loaded
+    by :class:`~docmultilock.LockSchema`, so its id and ``document_id`` are checked as the
+    schema checks them.
+    """
     if not isinstance(lock, Lock):
         raise InvalidArgument(f"lock must be a docmultilock.Lock, not {type(lock).__name__}")
-    if lock.tag not in rules.lifetime_ms:
+    if not (isinstance(lock.id, str) and LOCK_ID_PATTERN.match(lock.id)):
+        raise InvalidArgument(f"lock id must be 32 lowercase hex digits, not {lock.id!r}")
+    problem = document_id_problem(lock.document_id)
+    if problem is not None:
+        raise InvalidArgument(f"lock {lock.id}: document_id {lock.document_id!r} {problem}")
+    if not isinstance(lock.tag, str) or lock.tag not in rules.lifetime_ms:
         raise InvalidArgument(
             f"lock {lock.id} has tag {lock.tag!r}, which this lock manager does not declare"
         )

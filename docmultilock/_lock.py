@@ -4,16 +4,37 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import bson
 import marshmallow
 from bson import json_util
+from bson.errors import BSONError
+from bson.regex import Regex
 
-__all__ = ["Lock", "LockSchema"]
+__all__ = ["Lock", "LockSchema", "document_id_problem"]
 
 LOCK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+def document_id_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a document's ``_id`` matched by equality, or ``None``.
+
+    A lock's ``document_id`` is put into the command's filter. A mapping with a ``$`` key
+    would be read there as a query operator (``{"$ne": null}`` matches other documents),
+    and MongoDB never stores an array, a regular expression or an integer beyond 64 bits
+    as an ``_id``.
+    """
+    if isinstance(value, Mapping) and any(str(key).startswith("$") for key in value):
+        return "is a query operator, not an _id"
+    if isinstance(value, (list, tuple, Regex, re.Pattern)):
+        return f"cannot be an _id ({type(value).__name__})"
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return "is an integer beyond 64 bits"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +67,27 @@ class _ExtendedJson(marshmallow.fields.Field[Any]):
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
         try:
-            return json_util.loads(json.dumps(value))
-        except (TypeError, ValueError) as exc:
+            loaded = json_util.loads(json.dumps(value))
+        except (TypeError, ValueError, OverflowError, BSONError) as exc:
             raise marshmallow.ValidationError("not valid Extended JSON") from exc
+        problem = document_id_problem(loaded)
+        if problem is not None:
+            raise marshmallow.ValidationError(problem)
+        try:
+            bson.encode({"_id": loaded})  # e.g. an integer beyond 64 bits deep inside
+        except (BSONError, OverflowError, ValueError) as exc:
+            raise marshmallow.ValidationError("cannot be sent to MongoDB") from exc
+        return loaded
 
 
 class LockSchema(marshmallow.Schema):
     """Dump a :class:`Lock` to JSON-safe data and load it back (unknown keys are refused).
 
     ``document_id`` is canonical Extended JSON (``{"$oid": ...}``, ``{"$numberInt": "1"}``),
-    so the loaded lock names the very same document::
+    so the loaded lock names the very same document. Loading refuses one that cannot be an
+    ``_id`` (an operator such as ``{"$ne": null}``, an array, a regular expression, an
+    integer beyond 64 bits): a client must not smuggle a query operator into the filter
+    through it::
 
         data = LockSchema().dump(lock)          # hand it to the client
         lock = LockSchema().load(data)          # take it back in a later request
@@ -80,6 +112,9 @@ class LockSchema(marshmallow.Schema):
 
     @marshmallow.post_load
     def _make_lock(self, data: dict[str, Any], **kwargs: Any) -> Lock:
-        data["acquired_at"] = data["acquired_at"].astimezone(timezone.utc)
-        data["expires_at"] = data["expires_at"].astimezone(timezone.utc)
+        for name in ("acquired_at", "expires_at"):
+            try:
+                data[name] = data[name].astimezone(timezone.utc)
+            except OverflowError as exc:  # e.g. year 1 at +01:00: no such UTC date
+                raise marshmallow.ValidationError("out of the range of dates", name) from exc
         return Lock(**data)

@@ -119,9 +119,10 @@ class _LockManager:
                         raise translate(exc, doing, command.filter) from exc
                     log.debug("%s on %s: retrying after %r", doing, self.collection.full_name, exc)
                     time.sleep(pause)
-                except (InvalidDocument, OverflowError) as exc:
+                except (InvalidDocument, OverflowError, UnicodeEncodeError) as exc:
                     # Encoding fails before anything is sent: the caller's filter holds a value
-                    # BSON cannot carry (an int beyond 64 bits, an arbitrary object).
+                    # BSON cannot carry (an int beyond 64 bits, an arbitrary object, a lone
+                    # surrogate in a string).
                     raise InvalidArgument(f"filter cannot be sent to MongoDB: {exc}") from exc
             return plan.read(reply)
         except LockError as err:

@@ -29,39 +29,67 @@ ErrorFactory = Callable[[LockError], BaseException]
 
 _MAX_TAG_LENGTH = 256
 
+#: The longest operation ``timeout``: MongoDB refuses a ``maxTimeMS`` beyond 2**31 - 1 ms,
+#: so a longer limit would fail every command (about 24.8 days; ``None`` means no limit).
+MAX_TIMEOUT_SECONDS = (2**31 - 1) / 1000
 
-def parse_duration(value: object, name: str) -> float:
-    """Return a positive, finite number of seconds, refusing bools and other types."""
+#: The longest lock lifetime, 365 days. Expiries must stay dates that BSON and Python both
+#: represent, and a lock nobody renews for a year has been forgotten, not held.
+MAX_LIFETIME_SECONDS = 365 * 86400.0
+
+#: A numeric ``w`` above this can never be satisfied: a replica set has at most 50 members.
+#: It would apply every write and then report a failure, leaving a lock nobody holds.
+MAX_W = 50
+
+
+def is_encodable(text: str) -> bool:
+    """False for text BSON cannot carry as UTF-8 (lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_duration(value: object, name: str, maximum: float = MAX_TIMEOUT_SECONDS) -> float:
+    """Return a positive, finite number of seconds up to ``maximum``, refusing bools."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float: as good as infinite
+            seconds = math.inf if value > 0 else -math.inf
     else:
         raise InvalidArgument(
             f"{name} must be seconds (a number) or a timedelta, not {type(value).__name__}"
         )
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgument(f"{name} must be positive and finite, not {value!r}")
+    if seconds > maximum:
+        raise InvalidArgument(f"{name} must be at most {maximum:g} seconds, not {value!r}")
     return seconds
 
 
 def parse_lifetime_ms(value: object, name: str) -> int:
     """Return a lock lifetime in whole milliseconds (the server's date resolution), >= 1."""
-    ms = round(parse_duration(value, name) * 1000)
+    ms = round(parse_duration(value, name, MAX_LIFETIME_SECONDS) * 1000)
     if ms < 1:
         raise InvalidArgument(f"{name} must be at least one millisecond, not {value!r}")
     return ms
 
 
 def parse_write_concern(value: object, name: str = "w") -> int | str:
-    """Accept an acknowledged write concern: ``"majority"``, a tag set name, or an int >= 1."""
+    """Accept an acknowledged write concern: ``"majority"``, a tag set name, or 1 to 50."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidArgument(f"{name} must be an int or a string, not {type(value).__name__}")
     if isinstance(value, int) and value < 1:
         # w=0 is unacknowledged: the answer that decides the lock would never come back.
         raise InvalidArgument(f"{name} must be at least 1 (acknowledged writes), not {value}")
-    if isinstance(value, str) and not value:
-        raise InvalidArgument(f"{name} must not be empty")
+    if isinstance(value, int) and value > MAX_W:
+        raise InvalidArgument(f"{name} must be at most {MAX_W} (replica set members), not {value}")
+    if isinstance(value, str) and not (value and is_encodable(value)):
+        raise InvalidArgument(f"{name} must be a non-empty UTF-8 string, not {value!r}")
     return value
 
 
@@ -69,10 +97,17 @@ def parse_field_name(value: object) -> str:
     """Accept a top-level field name the lock may own: not ``_id``, no ``.``, no leading ``$``."""
     if not isinstance(value, str):
         raise InvalidArgument(f"field must be a string, not {type(value).__name__}")
-    if not value or value.startswith("$") or "." in value or "\x00" in value or value == "_id":
+    if (
+        not value
+        or value.startswith("$")
+        or "." in value
+        or "\x00" in value
+        or value == "_id"
+        or not is_encodable(value)
+    ):
         raise InvalidArgument(
             f"field must be a non-empty top-level name without '.', a leading '$', a NUL "
-            f"character, and not '_id'; got {value!r}"
+            f"character or a lone surrogate, and not '_id'; got {value!r}"
         )
     return value
 
@@ -92,7 +127,17 @@ class _Parsed(fields.Field[Any]):
 
 
 def _tag_field() -> fields.String:
-    return fields.String(validate=validate.Length(min=1, max=_MAX_TAG_LENGTH))
+    return fields.String(
+        validate=[
+            validate.Length(min=1, max=_MAX_TAG_LENGTH),
+            _utf8,
+        ]
+    )
+
+
+def _utf8(text: str) -> None:
+    if not is_encodable(text):
+        raise marshmallow.ValidationError("must be UTF-8 text (no lone surrogates)")
 
 
 class _RelationshipSchema(marshmallow.Schema):

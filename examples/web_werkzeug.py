@@ -5,6 +5,11 @@ Two endpoints make one edit session that can span minutes and several requests:
     POST /orders/<id>/lock   take the order's write lock; 201 with the lock as JSON
     PUT  /orders/<id>        {"lock": <that JSON>, "status": "paid"}: write, then release
 
+A third takes the order's id from the JSON body instead of the URL, to show how a value
+from the request is checked before it goes into a filter:
+
+    POST /locks              {"order_id": 1}: the same as POST /orders/1/lock
+
 Lock errors become werkzeug HTTP exceptions with an RFC 9457 body, through
 ``error_factory=werkzeug_error``: a second editor gets 409 ``application/problem+json``, an
 unknown order 404. Run it as a script: ``main()`` drives the app with werkzeug's test client,
@@ -38,6 +43,14 @@ STATUSES = frozenset({"new", "paid", "shipped"})
 MAX_ID = 2**63 - 1
 
 
+class OrderRef(marshmallow.Schema):
+    """An order named in a request body: its id must be an int64, never an operator."""
+
+    order_id = marshmallow.fields.Integer(
+        required=True, strict=True, validate=marshmallow.validate.Range(min=0, max=MAX_ID)
+    )
+
+
 def json_response(data: object, status: int = 200) -> Response:
     return Response(json.dumps(data), status=status, mimetype="application/json")
 
@@ -64,6 +77,7 @@ class OrdersApp:
                     endpoint=self.take_lock,
                 ),
                 Rule(f"/orders/<int(max={MAX_ID}):order_id>", methods=["PUT"], endpoint=self.edit),
+                Rule("/locks", methods=["POST"], endpoint=self.take_lock_named_in_body),
             ]
         )
 
@@ -84,6 +98,17 @@ class OrdersApp:
         # whichever order comes first. That is operator injection.
         lock = self.locks.acquire({"_id": order_id})
         return json_response({"lock": LockSchema().dump(lock)}, status=201)
+
+    def take_lock_named_in_body(self, request: Request) -> Response:
+        # The id comes from JSON, where {"order_id": {"$ne": null}} is as easy to send as
+        # {"order_id": 1}. Check it against the type the _id really has before building the
+        # filter; answer 400 for anything else. (For ObjectId ids: bson.ObjectId(text),
+        # and 400 on InvalidId or TypeError.)
+        try:
+            order_id: int = OrderRef().load(request.get_json(silent=True) or {})["order_id"]
+        except marshmallow.ValidationError as exc:
+            raise BadRequest(f"invalid order: {exc.messages}") from exc
+        return self.take_lock(request, order_id)
 
     def edit(self, request: Request, order_id: int) -> Response:
         body = request.get_json(silent=True)
@@ -148,9 +173,15 @@ def main() -> None:
             print(f"  stale lock: {problem['code']}")
             problem = show("POST", "/orders/2/lock")
             print(f"  unknown order: {problem['title']} ({problem['code']})")
-            # A crafted id never reaches MongoDB: the route only matches an int64.
+            # A crafted id never reaches MongoDB: the route only matches an int64, and an
+            # id sent in the body must be one too.
             show("POST", "/orders/%7B%22$ne%22:null%7D/lock")
             show("POST", f"/orders/{2**64}/lock")
+            show("POST", "/locks", {"order_id": {"$ne": None}})
+            show("POST", "/locks", {"order_id": "1"})
+            order = orders.find_one({"_id": 1}) or {}
+            print(f"  holders of order 1 after them: {order['lock']['holders']}")
+            show("POST", "/locks", {"order_id": 1})
         finally:
             orders.drop()
             client.close()

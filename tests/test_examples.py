@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from pymongo.collection import Collection
+from werkzeug.test import Client
 
 from docmultilock.testing import URI_VARIABLE
 
@@ -69,6 +76,50 @@ def test_web_example_answers_conflicts_with_problem_json(uri: str) -> None:
     assert "POST /orders/2/lock -> 404 application/problem+json" in lines
     assert "POST /orders/%7B%22$ne%22:null%7D/lock -> 404 text/html" in lines
     assert f"POST /orders/{2**64}/lock -> 404 text/html" in lines
+    assert lines.count("POST /locks -> 400 text/html") == 2
+    assert "  holders of order 1 after them: []" in lines
+    assert lines[-1] == "POST /locks -> 201 application/json"
+
+
+def load_example(name: str) -> ModuleType:
+    """Import ``examples/<name>`` as a module (the examples are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"example_{Path(name).stem}", EXAMPLES / name)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "order_id",
+    [{"$ne": None}, {"$gt": 0}, {"$where": "true"}, "1", [1], 1.5, True, None, 2**64, -1],
+)
+def test_web_example_refuses_an_order_id_that_is_not_an_int64_with_400(
+    collection: Collection[dict[str, Any]], order_id: Any
+) -> None:
+    collection.insert_many([{"_id": 1, "status": "new"}, {"_id": 2, "status": "new"}])
+    browser = Client(load_example("web_werkzeug.py").OrdersApp(collection))
+
+    response = browser.post("/locks", json={"order_id": order_id})
+
+    assert response.status_code == 400
+    assert list(collection.find({}, sort=[("_id", 1)])) == [
+        {"_id": 1, "status": "new"},
+        {"_id": 2, "status": "new"},
+    ]
+
+
+def test_web_example_locks_the_order_named_in_the_body(
+    collection: Collection[dict[str, Any]],
+) -> None:
+    collection.insert_one({"_id": 1, "status": "new"})
+    browser = Client(load_example("web_werkzeug.py").OrdersApp(collection))
+
+    response = browser.post("/locks", json={"order_id": 1})
+
+    assert response.status_code == 201
+    assert browser.post("/locks", json={"order_id": 1}).status_code == 409
 
 
 def test_nightly_report_runs_on_exactly_one_instance(uri: str) -> None:
