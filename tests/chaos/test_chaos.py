@@ -8,8 +8,8 @@ SIGKILLs random holders and kill -9s the server, restarting it on the same stora
 checker (``checker.py``) then judges the run from the journals and the final documents.
 
 The test runs on a server of its own (on-disk storage, ``sync_on_commit``, test commands,
-a fixed port), never on the session's shared one. ``CHAOS_SEED`` replays the conductor's
-and workers' random choices (timing still differs from run to run).
+a one-second TTL sweep, a fixed port), never on the session's shared one. ``CHAOS_SEED``
+replays the conductor's and workers' random choices (timing still differs between runs).
 """
 
 from __future__ import annotations
@@ -101,8 +101,13 @@ def run_chaos(tmp_path: Path, plan: Plan, seed: int) -> tuple[Report, Conductor]
     storage.mkdir()
     journals = tmp_path / "journals"
     journals.mkdir()
+    # A TTL sweep every second also deletes idle named-lock documents during the run.
     server = EmbeddedServer(
-        storage_path=storage, enable_test_commands=True, sync_on_commit=True, port=free_port()
+        storage_path=storage,
+        enable_test_commands=True,
+        sync_on_commit=True,
+        ttl_sweep_seconds=1,
+        port=free_port(),
     )
     with server:
         conductor = Conductor(plan, server, journals, seed)
