@@ -51,7 +51,6 @@ Doc = dict[str, Any]
 REFUSALS = frozenset({"CooperativeLock", "LockAlreadyTaken"})
 RELEASE_OUTCOMES = {
     "ok": "ok",
-    "lost_reply": "after lost reply",
     "expired": "after expiry",
     "abandoned": "abandoned",
     "refused_live": "refused while live",

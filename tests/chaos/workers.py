@@ -20,8 +20,8 @@ server times, and this host's clock (``time.time()``, the clock the embedded ser
 ``write``      a protected write's id and whether it was acknowledged as applied
 ``releasing``  id, and the host time just before the release was sent: until then the
                lock certainly counted (unless it expired first)
-``released``   id, and how it ended: ``ok``, ``lost_reply`` (LockNotFound after a release
-               whose earlier reply was lost), ``expired``, ``abandoned`` or ``refused_live``
+``released``   id, and how it ended: ``ok``, ``expired`` (LockNotFound past the lock's
+               expiry), ``abandoned`` or ``refused_live`` (LockNotFound while live)
 ``error``      a documented LockError: operation and class name
 ``undocumented`` anything else a docmultilock call raised (a violation)
 ``stale``      a write tried after a stall past expiry, and whether it was applied
@@ -305,22 +305,16 @@ class Worker:
     def release(self, resource: Resource, lock: Lock) -> None:
         """Release, retrying after a database error; journal how it ended."""
         self.journal("releasing", id=lock.id, t=self.now())
-        retries_before = self.retries.retries
-        failed_before = False
         for _ in range(4):
             try:
                 self.call("release", resource.locks.release, resource.target, lock)
             except LockNotFound:
-                if failed_before or self.retries.retries > retries_before:
-                    outcome = "lost_reply"  # an earlier attempt was applied, its reply lost
-                elif self.now() >= ms(lock.expires_at):
-                    outcome = "expired"
-                else:
-                    outcome = "refused_live"
+                # Release is idempotent: after a lost reply (an earlier attempt applied) it
+                # still succeeds while the lock is live. Only an expired lock may be lost.
+                outcome = "expired" if self.now() >= ms(lock.expires_at) else "refused_live"
                 self.journal("released", id=lock.id, outcome=outcome)
                 return
             except LockError:
-                failed_before = True
                 time.sleep(0.1)
                 continue
             self.journal("released", id=lock.id, outcome="ok")
