@@ -187,51 +187,62 @@ def _with_live_state(field: str, decide: Expr) -> Expr:
 
 
 def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr:
-    """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors."""
-    granted = _next_fence(clock)
-    unchanged = _state("$$live", "$$fence0", clock=clock)
-    wait = _state(
-        {
+    """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors.
+
+    Each branch yields only the new holders (``h``) and fence (``f``); the lock state is
+    assembled from them once, after the decision, which keeps the pipeline small.
+    """
+    unchanged = {"h": "$$live", "f": "$$fence0"}
+    wait = {
+        "h": {
             "$cond": [
                 "$$has_mine",
                 _renew({"expires": _EXPIRY}),
                 {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
             ]
         },
-        "$$fence0",
-        clock=clock,
-    )
-    grant = _state(
-        {
-            "$cond": [
-                "$$has_mine",
-                _renew(
-                    {"pending": False, "fence": granted, "acquired": "$$now", "expires": _EXPIRY}
-                ),
-                {"$concatArrays": ["$$live", [_entry(tag, False, granted)]]},
-            ]
-        },
-        granted,
-        clock=clock,
-    )
+        "f": "$$fence0",
+    }
+    grant = {
+        "$let": {
+            "vars": {"granted": _next_fence(clock)},
+            "in": {
+                "h": {
+                    "$cond": [
+                        "$$has_mine",
+                        _renew(
+                            {
+                                "pending": False,
+                                "fence": "$$granted",
+                                "acquired": "$$now",
+                                "expires": _EXPIRY,
+                            }
+                        ),
+                        {"$concatArrays": ["$$live", [_entry(tag, False, "$$granted")]]},
+                    ]
+                },
+                "f": "$$granted",
+            },
+        }
+    }
     branches = [
         # Already held (a continued lock that was granted meanwhile): unchanged.
         {"case": "$$held", "then": unchanged},
         # A cooperative tag is live: refuse, dropping our pending entry if we had one.
         {
             "case": _meets("$$otags", rules.cooperative[tag]),
-            "then": _state("$$others", "$$fence0", clock=clock),
+            "then": {"h": "$$others", "f": "$$fence0"},
         },
         # Continuing a lock that is gone: record nothing.
         {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
         # An assertive tag is live (held or pending): register, or renew, as pending.
         {"case": _meets("$$otags", rules.assertive[tag]), "then": wait},
     ]
-    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
-    mine = {"$filter": {"input": "$$live", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
     # A tag with no cooperative or assertive partner has a constant-false case: leave the
     # branch out, so the server evaluates (and parses) less.
     branches = [branch for branch in branches if branch["case"] is not False]
+    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
+    mine = {"$filter": {"input": "$$live", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
     decide = {
         "$let": {
             "vars": {"others": others, "mine": mine},
@@ -248,7 +259,8 @@ def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr
             },
         }
     }
-    return _with_live_state(field, decide)
+    outcome = {"$let": {"vars": {"r": decide}, "in": _state("$$r.h", "$$r.f", clock=clock)}}
+    return _with_live_state(field, outcome)
 
 
 def _meets(tags: Expr, wanted: frozenset[str]) -> Expr:
