@@ -8,11 +8,14 @@ let the shell tell that apart from a lock lost to expiry (see ``_LockManager._re
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from docmultilock._lock import Lock
+from docmultilock.errors import DbError
 
 __all__ = ["ATTEMPTS", "Sent", "UnsureReleases", "retry_pause"]
 
@@ -37,25 +40,33 @@ class Sent:
 class UnsureReleases:
     """Locks whose last release failed without an answer, so the caller may retry it.
 
-    Kept per lock manager until the lock's expiry; thread-safe.
+    Kept per lock manager for at most the lock's lifetime from the failure (a bound on
+    its remaining life, measured on the monotonic clock: the wall clock decides nothing
+    here); thread-safe.
     """
 
     def __init__(self) -> None:
-        self._expiries: dict[str, datetime] = {}
+        self._until: dict[str, float] = {}
         self._guard = threading.Lock()
 
-    def lost(self, lock: Lock) -> None:
-        with self._guard:
-            now = datetime.now(timezone.utc)
-            # Drop what expired (by this clock: only memory is at stake here).
-            for lock_id in [k for k, v in self._expiries.items() if v < now]:
-                del self._expiries[lock_id]
-            self._expiries[lock.id] = lock.expires_at
+    @contextlib.contextmanager
+    def on_db_error(self, lock: Lock) -> Iterator[None]:
+        """Remember ``lock`` when a :class:`DbError` leaves the block (outcome unknown)."""
+        try:
+            yield
+        except DbError:
+            lifetime = (lock.expires_at - lock.acquired_at).total_seconds()
+            with self._guard:
+                now = time.monotonic()
+                for lock_id in [k for k, until in self._until.items() if until < now]:
+                    del self._until[lock_id]
+                self._until[lock.id] = now + lifetime
+            raise
 
     def was_lost(self, lock: Lock) -> bool:
         with self._guard:
-            return lock.id in self._expiries
+            return lock.id in self._until
 
     def forget(self, lock: Lock) -> None:
         with self._guard:
-            self._expiries.pop(lock.id, None)
+            self._until.pop(lock.id, None)

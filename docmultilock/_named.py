@@ -21,7 +21,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import CollectionInvalid, PyMongoError
 
-from docmultilock._args import document_target, tag_or_only
+from docmultilock._args import tag_or_only
 from docmultilock._driver import deadline, translate
 from docmultilock._lock import Lock
 from docmultilock._rules import WRITE_ONLY
@@ -119,11 +119,8 @@ class NamedLocks(_LockManager):
             named=True,
         )
 
-    def _locate(self, key: object, lock: Lock | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        by_name = {"_id": check_name(key)}
-        if lock is None:
-            return by_name, by_name
-        return by_name, document_target(by_name, lock.document_id)
+    def _check_key(self, key: object) -> dict[str, Any]:
+        return {"_id": check_name(key)}
 
     def _acquire(
         self,

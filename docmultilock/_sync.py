@@ -22,7 +22,7 @@ from docmultilock._hold import HeldLock, OnLost, Pacing, hold, plan_hold
 from docmultilock._idempotence import ATTEMPTS, Sent, UnsureReleases, retry_pause
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
-from docmultilock.errors import DbError, InvalidArgument, LockError, LockNotFound
+from docmultilock.errors import InvalidArgument, LockError, LockNotFound
 from docmultilock.options import (
     Duration,
     ErrorFactory,
@@ -145,16 +145,16 @@ class _LockManager:
             return self.options.rules.lifetime_ms[tag]
         return parse_lifetime_ms(lock_timeout, "lock_timeout")
 
+    def _check_key(self, key: object) -> dict[str, Any]:
+        """The filter for ``key`` (here the caller's filter), refused if bad before anything."""
+        return check_filter(key)
+
     def _locate(self, key: object, lock: Lock | None) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(user_filter, target)`` for ``key``; with ``lock``, pinned to the lock's document."""
-        user_filter = check_filter(key)
+        user_filter = self._check_key(key)
         if lock is None:
             return user_filter, user_filter
         return user_filter, document_target(user_filter, lock.document_id)
-
-    def _check_key(self, key: object) -> None:
-        """Refuse a bad key (a filter here) before any other argument is looked at."""
-        self._locate(key, None)
 
     # The operations below raise LockErrors as they are; the public methods map them
     # through ``error_factory`` (``hold()`` needs the originals to decide what to do).
@@ -169,7 +169,7 @@ class _LockManager:
         w: int | str | None,
     ) -> Lock:
         rules = self.options.rules
-        self._check_key(key)
+        user_filter = target = self._check_key(key)
         if (tag is None) == (lock is None):
             raise InvalidArgument(
                 "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
@@ -178,9 +178,9 @@ class _LockManager:
         if lock is not None:
             pending = check_lock(lock, rules)
             name = pending.tag
+            target = document_target(user_filter, pending.document_id)
         else:
             pending, name = None, check_tag(tag, rules)
-        user_filter, target = self._locate(key, pending)
         plan = self._core.acquire(
             target,
             user_filter=user_filter,
@@ -200,20 +200,19 @@ class _LockManager:
         user_filter, target = self._locate(key, held)
         sent = Sent(unsure=self._unsure.was_lost(held))
         try:
-            deleting = self._core.release_by_delete(target, lock=held)
-            if deleting is None or not self._run(deleting, "release", timeout, w, sent):
-                plan = self._core.release(target, user_filter=user_filter, lock=held)
-                self._run(plan, "release", timeout, w, sent)
+            with self._unsure.on_db_error(held):
+                deleting = self._core.release_by_delete(target, lock=held)
+                if deleting is None or not self._run(deleting, "release", timeout, w, sent):
+                    plan = self._core.release(target, user_filter=user_filter, lock=held)
+                    self._run(plan, "release", timeout, w, sent)
         except LockNotFound:
             # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
             # removed it: while the lock is unexpired by the server's clock nobody else can
             # (pruning takes only expired entries), so the release did happen.
-            if not (sent.unsure and self._unexpired(held)):
-                raise
+            with self._unsure.on_db_error(held):
+                if not sent.unsure or not self._unexpired(held):
+                    raise
             log.debug("release of %s was applied by an attempt whose reply was lost", held.id)
-        except DbError:
-            self._unsure.lost(held)
-            raise
         self._unsure.forget(held)
 
     def _unexpired(self, lock: Lock) -> bool:
