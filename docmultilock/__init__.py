@@ -22,6 +22,7 @@ from docmultilock.errors import (
     CooperativeLock,
     DbError,
     DbTimeout,
+    DocumentTooLarge,
     IncompatibleLockField,
     InvalidArgument,
     InvalidConfiguration,
@@ -32,6 +33,7 @@ from docmultilock.errors import (
     LockTimeout,
     LockWasReacquired,
     ResourceNotFound,
+    TooManyHolders,
 )
 
 #: The installed version of docmultilock.
@@ -46,6 +48,7 @@ __all__ = [
     "CooperativeLock",
     "DbError",
     "DbTimeout",
+    "DocumentTooLarge",
     "HeldLock",
     "IncompatibleLockField",
     "InvalidArgument",
@@ -61,6 +64,7 @@ __all__ = [
     "MultiLock",
     "NamedLocks",
     "ResourceNotFound",
+    "TooManyHolders",
     "WriteLock",
     "__version__",
 ]

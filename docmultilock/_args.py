@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
-from docmultilock._lock import LOCK_ID_PATTERN, Lock, document_id_problem
+import bson
+import bson.errors
+from bson.decimal128 import Decimal128
+
+from docmultilock._lock import (
+    LOCK_ID_PATTERN,
+    MAX_DEPTH,
+    Lock,
+    document_id_problem,
+    nests_deeper_than,
+)
 from docmultilock._rules import TagRules
 from docmultilock.errors import InvalidArgument
 
-__all__ = ["check_filter", "check_lock", "check_tag", "document_target", "tag_or_only"]
+__all__ = [
+    "check_filter",
+    "check_lock",
+    "check_tag",
+    "document_target",
+    "same_bson_value",
+    "tag_or_only",
+]
 
 
 def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
@@ -21,6 +39,10 @@ def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
         raise InvalidArgument("filter must not be empty")
     if not all(isinstance(key, str) for key in filter):
         raise InvalidArgument("filter keys must be strings")
+    if nests_deeper_than(filter, MAX_DEPTH):
+        raise InvalidArgument(
+            f"filter nests documents and arrays too deep: MongoDB allows {MAX_DEPTH} levels"
+        )
     return dict(filter)
 
 
@@ -74,11 +96,47 @@ def _is_plain_value(value: object) -> bool:
     return not (isinstance(value, Mapping) and any(str(k).startswith("$") for k in value))
 
 
-def _same_id(a: object, b: object) -> bool:
-    """Equality as MongoDB matches ``_id``: numbers across types, but a bool is not a number."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return a == b
+def _number(value: object) -> Decimal | None:
+    """``value`` as an exact decimal when BSON stores it as a number (a bool is not one)."""
+    if isinstance(value, Decimal128):
+        return value.to_decimal()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Decimal(value)
+    return None
+
+
+def same_bson_value(a: object, b: object) -> bool:
+    """Equality as MongoDB matches a value (an ``_id`` in a filter against a lock's document).
+
+    Numbers compare by value across BSON types (int, long, double, decimal), documents
+    field by field *in order*, arrays element by element, everything else as the same
+    BSON bytes.
+    """
+    number_a, number_b = _number(a), _number(b)
+    if number_a is not None or number_b is not None:
+        if number_a is None or number_b is None:
+            return False
+        if number_a.is_nan() or number_b.is_nan():
+            return number_a.is_nan() and number_b.is_nan()
+        return number_a == number_b
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        return (
+            isinstance(a, Mapping)
+            and isinstance(b, Mapping)
+            and list(a) == list(b)
+            and all(same_bson_value(a[key], b[key]) for key in a)
+        )
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (
+            isinstance(a, (list, tuple))
+            and isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(same_bson_value(x, y) for x, y in zip(a, b, strict=True))
+        )
+    try:
+        return bson.encode({"v": a}) == bson.encode({"v": b})
+    except (bson.errors.BSONError, OverflowError, ValueError):
+        return False
 
 
 def document_target(filter: dict[str, Any], document_id: Any) -> dict[str, Any]:  # noqa: A002
@@ -93,7 +151,7 @@ def document_target(filter: dict[str, Any], document_id: Any) -> dict[str, Any]:
         return {**filter, "_id": document_id}
     named = filter["_id"]
     if _is_plain_value(named):
-        if not _same_id(named, document_id):
+        if not same_bson_value(named, document_id):
             raise InvalidArgument(
                 f"the lock belongs to document {document_id!r}, but the filter names {named!r}"
             )

@@ -18,8 +18,11 @@ The stored layout (``docs/concepts.md`` documents it for users)::
       v: 1,                 # layout version; any other value is refused, never overwritten
       fence: <int>,         # last fence granted on this document; never decreases
       expires: <date>,      # latest expiry among holders (time of the last write if none)
-      holders: [{id, tag, pending, fence, acquired, expires}, ...]
+      holders: [{id, tag, pending, fence, acquired, expires, ttl}, ...]
     }
+
+An entry's ``ttl`` is the lifetime (ms) it was taken or last extended with: renewals keep it
+unless the call gives another, so a lock never takes its lifetime from what a client sends.
 """
 
 from __future__ import annotations
@@ -41,11 +44,23 @@ from docmultilock.errors import (
     LockNotFound,
     LockWasReacquired,
     ResourceNotFound,
+    TooManyHolders,
 )
 
-__all__ = ["FENCES_PER_MS", "LAYOUT_VERSION", "Command", "LockCore"]
+__all__ = [
+    "DEFAULT_MAX_HOLDERS",
+    "FENCES_PER_MS",
+    "FENCE_LIMIT",
+    "LAYOUT_VERSION",
+    "Command",
+    "LockCore",
+]
 
 LAYOUT_VERSION = 1
+
+#: Live entries one lock field takes at most, unless a manager says otherwise: about
+#: 150 KB of entries, far from MongoDB's 16 MiB document limit.
+DEFAULT_MAX_HOLDERS = 1000
 
 Filter = Mapping[str, Any]
 
@@ -102,10 +117,6 @@ def _state(holders: Expr, fence: Expr, *, clock: bool) -> Expr:
     }
 
 
-#: Server-now plus the lifetime bound for this call: every expiry the lock writes.
-_EXPIRY: Expr = {"$add": ["$$now", "$$ttl"]}
-
-
 def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
     return {
         "id": "$$id",
@@ -113,37 +124,72 @@ def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
         "pending": pending,
         "fence": fence,
         "acquired": "$$now",
-        "expires": _EXPIRY,
+        "expires": {"$add": ["$$now", "$$ttl"]},
+        "ttl": "$$ttl",
     }
 
 
-def _renew(changes: Expr, *, granted_only: bool = False) -> Expr:
-    """Map over ``$$live``, merging ``changes`` into our own entry only (keeps order and keys).
+def _is_ours(entry: str, tag: Expr) -> Expr:
+    """True for our entry: our id *and* the tag the server stored for it.
 
-    With ``granted_only``, a pending entry of ours is left as it is.
+    The id alone proves ownership, but a client can edit the tag of a lock it sends back;
+    an entry whose stored tag differs is not the lock the caller describes, so it is
+    neither continued nor extended under the other tag's rules or lifetime.
     """
-    ours: Expr = {"$eq": ["$$h.id", "$$id"]}
+    return {"$and": [{"$eq": [f"{entry}.id", "$$id"]}, {"$eq": [f"{entry}.tag", tag]}]}
+
+
+#: The lifetime of a renewal: the call's own (``$$ttl``), else the one the entry was taken
+#: with, else (an entry written before lifetimes were stored) the tag's default.
+_LIFE: Expr = {"$ifNull": ["$$ttl", {"$ifNull": ["$$h.ttl", "$$dttl"]}]}
+
+
+def _renew(tag: Expr, changes: Expr, *, granted_only: bool = False) -> Expr:
+    """Map over ``$$live``: renew our own entry's expiry and merge ``changes`` into it.
+
+    Keeps the order and keys of every entry. With ``granted_only``, a pending entry of ours
+    is left as it is.
+    """
+    ours: Expr = _is_ours("$$h", tag)
     if granted_only:
         ours = {"$and": [ours, {"$eq": ["$$h.pending", False]}]}
-    return {
-        "$map": {
-            "input": "$$live",
-            "as": "h",
+    renewed = {
+        "$let": {
+            "vars": {"life": _LIFE},
             "in": {
-                "$cond": [
-                    ours,
-                    {"$mergeObjects": ["$$h", changes]},
+                "$mergeObjects": [
                     "$$h",
+                    {**changes, "expires": {"$add": ["$$now", "$$life"]}, "ttl": "$$life"},
                 ]
             },
         }
     }
+    return {"$map": {"input": "$$live", "as": "h", "in": {"$cond": [ours, renewed, "$$h"]}}}
 
+
+#: Fences stay below this, so ``fence + 1`` and clock fences remain exact 64-bit integers
+#: (MongoDB turns an overflowing ``long`` sum into an inexact double).
+FENCE_LIMIT = 2**62
+
+#: A stored fence we can grow: missing or null (none granted yet), or a whole number of BSON
+#: type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities, decimals and doubles are not.
+_FENCE_OK: Expr = {
+    "$let": {
+        "vars": {"f": {"$ifNull": ["$$st.fence", 0]}},
+        "in": {
+            "$and": [
+                {"$in": [{"$type": "$$f"}, ["int", "long"]]},
+                {"$gte": ["$$f", 0]},
+                {"$lt": ["$$f", FENCE_LIMIT]},
+            ]
+        },
+    }
+}
 
 #: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
-#: object with our layout version whose holders, if any, are an array. Anything else is
-#: left exactly as it is. The projection evaluates the same expression, so the pipeline
-#: and the reader can never disagree about a field.
+#: object with our layout version whose holders, if any, are an array, and whose fence we
+#: can grow. Anything else is left exactly as it is. The projection evaluates the same
+#: expression, so the pipeline and the reader can never disagree about a field.
 _OURS: Expr = {
     "$or": [
         {"$eq": ["$$st", None]},
@@ -152,6 +198,7 @@ _OURS: Expr = {
                 {"$eq": [{"$type": "$$st"}, "object"]},
                 {"$eq": ["$$st.v", LAYOUT_VERSION]},
                 {"$isArray": {"$ifNull": ["$$st.holders", []]}},
+                _FENCE_OK,
             ]
         },
     ]
@@ -186,18 +233,28 @@ def _with_live_state(field: str, decide: Expr) -> Expr:
     }
 
 
-def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr:
+def _capped(rules: TagRules, tag: str) -> bool:
+    """True when ``tag`` may join other live entries, so the holder cap can refuse it.
+
+    A tag cooperative with every tag (WriteLock's ``write``) is refused by any live entry
+    before the cap could matter: its pipeline leaves the cap out.
+    """
+    return rules.cooperative[tag] != rules.tags
+
+
+def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int) -> Expr:
     """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors.
 
     Each branch yields only the new holders (``h``) and fence (``f``); the lock state is
     assembled from them once, after the decision, which keeps the pipeline small.
     """
     unchanged = {"h": "$$live", "f": "$$fence0"}
+    stored_tag = literal(tag)
     wait = {
         "h": {
             "$cond": [
                 "$$has_mine",
-                _renew({"expires": _EXPIRY}),
+                _renew(stored_tag, {}),
                 {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
             ]
         },
@@ -211,12 +268,8 @@ def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr
                     "$cond": [
                         "$$has_mine",
                         _renew(
-                            {
-                                "pending": False,
-                                "fence": "$$granted",
-                                "acquired": "$$now",
-                                "expires": _EXPIRY,
-                            }
+                            stored_tag,
+                            {"pending": False, "fence": "$$granted", "acquired": "$$now"},
                         ),
                         {"$concatArrays": ["$$live", [_entry(tag, False, "$$granted")]]},
                     ]
@@ -225,6 +278,9 @@ def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr
             },
         }
     }
+    # A new entry beyond ``max_holders`` is refused, recording nothing: the field (and the
+    # user's document with it) must not grow until it hits MongoDB's 16 MiB limit.
+    full = {"$and": [{"$not": ["$$has_mine"]}, {"$gte": [{"$size": "$$live"}, max_holders]}]}
     branches = [
         # Already held (a continued lock that was granted meanwhile): unchanged.
         {"case": "$$held", "then": unchanged},
@@ -233,16 +289,19 @@ def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool) -> Expr
             "case": _meets("$$otags", rules.cooperative[tag]),
             "then": {"h": "$$others", "f": "$$fence0"},
         },
-        # Continuing a lock that is gone: record nothing.
+        # Continuing a lock that is gone (or whose stored tag is another): record nothing.
         {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
+        # As many entries as allowed: record nothing.
+        {"case": full if _capped(rules, tag) else False, "then": unchanged},
         # An assertive tag is live (held or pending): register, or renew, as pending.
         {"case": _meets("$$otags", rules.assertive[tag]), "then": wait},
     ]
     # A tag with no cooperative or assertive partner has a constant-false case: leave the
     # branch out, so the server evaluates (and parses) less.
     branches = [branch for branch in branches if branch["case"] is not False]
-    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
-    mine = {"$filter": {"input": "$$live", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
+    ours = _is_ours("$$h", stored_tag)
+    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$not": [ours]}}}
+    mine = {"$filter": {"input": "$$live", "as": "h", "cond": ours}}
     decide = {
         "$let": {
             "vars": {"others": others, "mine": mine},
@@ -277,8 +336,9 @@ def _release_body(field: str, *, clock: bool) -> Expr:
 
 
 def _extend_body(field: str, *, clock: bool) -> Expr:
-    # Only a live, granted entry is renewed; an expired one was just pruned with the rest.
-    renewed = _renew({"expires": _EXPIRY}, granted_only=True)
+    # Only a live, granted entry of the stored tag is renewed; an expired one was just
+    # pruned with the rest.
+    renewed = _renew("$$tag", {}, granted_only=True)
     return _with_live_state(field, _state(renewed, "$$fence0", clock=clock))
 
 
@@ -313,18 +373,28 @@ class LockCore:
     """
 
     def __init__(
-        self, field: str, rules: TagRules, *, exclusive: bool, named: bool = False
+        self,
+        field: str,
+        rules: TagRules,
+        *,
+        exclusive: bool,
+        named: bool = False,
+        max_holders: int = DEFAULT_MAX_HOLDERS,
     ) -> None:
         self.field = field
         self.rules = rules
         self.named = named
+        self.max_holders = max_holders
         self._noun = "name" if named else "document"
         self._delete_on_release = named and exclusive
         self._refused: type[CooperativeLock] = LockAlreadyTaken if exclusive else CooperativeLock
         self._lost: type[LockNotFound] = LockWasReacquired if exclusive else LockNotFound
         # The pipeline bodies depend only on the field and the table; only the small
         # ``$let`` bindings (id, lifetime, ...) change per call.
-        self._acquire = {tag: _acquire_body(field, rules, tag, clock=named) for tag in rules.tags}
+        self._acquire = {
+            tag: _acquire_body(field, rules, tag, clock=named, max_holders=max_holders)
+            for tag in rules.tags
+        }
         self._release = _release_body(field, clock=named)
         self._extend = _extend_body(field, clock=named)
         # A foreign field may hold anything; only ever iterate over an actual array.
@@ -358,13 +428,25 @@ class LockCore:
         user_filter: Filter,
         tag: str,
         lock_id: str,
-        lifetime_ms: int,
+        lifetime_ms: int | None,
         continuing: Lock | None = None,
     ) -> AcquirePlan:
-        """Plan an acquisition of ``tag`` under a new ``lock_id``, or go on with ``continuing``."""
+        """Plan an acquisition of ``tag`` under a new ``lock_id``, or go on with ``continuing``.
+
+        ``lifetime_ms`` of ``None`` means the tag's default for a new lock, and the lifetime
+        it was taken with for a continued one.
+        """
+        default = self.rules.lifetime_ms[tag]
         if continuing is not None:
             lock_id = continuing.id
-        bindings = {"id": literal(lock_id), "ttl": lifetime_ms, "create": continuing is None}
+        elif lifetime_ms is None:
+            lifetime_ms = default
+        bindings = {
+            "id": literal(lock_id),
+            "ttl": lifetime_ms,
+            "dttl": default,
+            "create": continuing is None,
+        }
         command = Command(
             filter=dict(target),
             update=_pipeline(self.field, self._acquire[tag], bindings),
@@ -420,21 +502,32 @@ class LockCore:
         return ReleasePlan(self, command, user_filter, lock)
 
     def extend(
-        self, target: Filter, *, user_filter: Filter, lock: Lock, lifetime_ms: int
+        self, target: Filter, *, user_filter: Filter, lock: Lock, lifetime_ms: int | None
     ) -> ExtendPlan:
-        """Plan pushing ``lock``'s expiry to server-now plus ``lifetime_ms``."""
+        """Plan pushing ``lock``'s expiry to server-now plus ``lifetime_ms``.
+
+        ``None`` renews by the lifetime the lock was taken (or last extended) with.
+        """
+        bindings = {
+            "id": literal(lock.id),
+            "tag": literal(lock.tag),
+            "ttl": lifetime_ms,
+            "dttl": self.rules.lifetime_ms[lock.tag],
+        }
         command = Command(
             filter=dict(target),
-            update=_pipeline(
-                self.field, self._extend, {"id": literal(lock.id), "ttl": lifetime_ms}
-            ),
+            update=_pipeline(self.field, self._extend, bindings),
             projection=self._projection(lock.id, with_tags=False),
             return_after=True,
         )
         return ExtendPlan(self, command, user_filter, lock)
 
     def guard(self, target: Filter, lock: Lock) -> dict[str, Any]:
-        """A filter matching the document only while ``lock`` is granted and unexpired."""
+        """A filter matching the document only while ``lock`` is granted and unexpired.
+
+        The stored entry must carry ``lock``'s tag: a reader's lock edited to say ``write``
+        guards nothing.
+        """
         held = {
             "$anyElementTrue": [
                 {
@@ -443,6 +536,7 @@ class LockCore:
                         "in": {
                             "$and": [
                                 self._is_mine(lock.id),
+                                {"$eq": ["$$this.tag", literal(lock.tag)]},
                                 {"$eq": ["$$this.pending", False]},
                                 {"$gt": ["$$this.expires", SERVER_NOW]},
                             ]
@@ -475,7 +569,9 @@ class LockCore:
             raise IncompatibleLockField(
                 f"field {self.field!r} of document {reply.get('_id')!r} holds data "
                 f"docmultilock does not own (type {reply.get('t')!r}, version "
-                f"{reply.get('v')!r}); nothing was written",
+                f"{reply.get('v')!r}; docmultilock writes a version-{LAYOUT_VERSION} object "
+                f"whose holders are an array and whose fence is an int or long from 0 to "
+                f"2**62); nothing was written",
                 filter=user_filter,
             )
         mine = reply.get("mine") or []
@@ -527,6 +623,9 @@ class AcquirePlan:
                 blocking_tags=(),
             )
         state = core.read_reply(reply, self.user_filter, self.continuing, "continue")
+        if state.mine is not None and state.mine.get("tag") != self.tag:
+            # Only a continued lock can meet its id under another tag: one a client edited.
+            raise core.lost(self.continuing or _unreachable(), self.user_filter, "continue")
         if state.mine is not None:
             lock = core.to_lock(state.mine, state.document_id)
             if not lock.pending:
@@ -550,6 +649,13 @@ class AcquirePlan:
             )
         if self.continuing is not None:
             raise core.lost(self.continuing, self.user_filter, "continue")
+        if _capped(core.rules, self.tag):
+            raise TooManyHolders(
+                f"cannot lock {self.tag!r} on {core._noun} {state.document_id!r}: it already "
+                f"has {core.max_holders} holders and pending locks, the most it takes",
+                filter=self.user_filter,
+                limit=core.max_holders,
+            )
         raise DbError(  # pragma: no cover - the pipeline always records a fresh acquisition
             f"the server answered an acquisition on {core._noun} {state.document_id!r} without "
             "recording it or naming a conflict",
@@ -585,9 +691,14 @@ class ExtendPlan:
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the lock with its new expiry, or raise the loss when it is not held."""
         state = self.core.read_reply(reply, self.user_filter, self.lock, "extend")
-        if state.mine is None or state.mine.get("pending"):
+        mine = state.mine
+        if mine is None or mine.get("pending") or mine.get("tag") != self.lock.tag:
             raise self.core.lost(self.lock, self.user_filter, "extend")
-        return self.core.to_lock(state.mine, state.document_id)
+        return self.core.to_lock(mine, state.document_id)
+
+
+def _unreachable() -> Lock:  # pragma: no cover - a fresh lock id is never stored already
+    raise DbError("the server answered a fresh acquisition with an entry of another tag")
 
 
 @dataclass(frozen=True, slots=True)

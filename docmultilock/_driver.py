@@ -19,7 +19,7 @@ from pymongo.errors import (
 from pymongo.write_concern import WriteConcern
 
 from docmultilock._core import Command
-from docmultilock.errors import DbError, DbTimeout
+from docmultilock.errors import DbError, DbTimeout, DocumentTooLarge, LockError
 
 __all__ = ["WriteConcernViews", "deadline", "execute", "is_transient", "translate"]
 
@@ -49,8 +49,19 @@ def deadline(seconds: float | None) -> Iterator[None]:
         yield
 
 
-def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -> DbError:  # noqa: A002
+#: Server error codes of an update whose result would exceed the 16 MiB document limit
+#: (BSONObjectTooLarge, and the two an update reports for its result).
+_TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+
+
+def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -> LockError:  # noqa: A002
     """The one place a pymongo error becomes a docmultilock error (raise it ``from exc``)."""
+    if isinstance(exc, OperationFailure) and exc.code in _TOO_LARGE_CODES:
+        return DocumentTooLarge(
+            f"{doing} refused: the lock's entry would take the document past MongoDB's "
+            f"16 MiB limit; nothing was written ({exc})",
+            filter=filter,
+        )
     error = DbTimeout if exc.timeout else DbError
     return error(f"{doing} failed: {type(exc).__name__}: {exc}", filter=filter)
 

@@ -15,9 +15,31 @@ from bson import json_util
 from bson.errors import BSONError
 from bson.regex import Regex
 
-__all__ = ["Lock", "LockSchema", "document_id_problem"]
+__all__ = ["MAX_DEPTH", "Lock", "LockSchema", "document_id_problem", "nests_deeper_than"]
 
 LOCK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+#: MongoDB nests BSON documents and arrays at most 100 levels deep. Deeper input is
+#: refused before encoding, which would otherwise exhaust Python's recursion limit.
+MAX_DEPTH = 100
+
+
+def nests_deeper_than(value: object, limit: int) -> bool:
+    """True when documents and arrays nest deeper than ``limit`` in ``value`` (no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def document_id_problem(value: Any) -> str | None:
@@ -34,6 +56,8 @@ def document_id_problem(value: Any) -> str | None:
         return f"cannot be an _id ({type(value).__name__})"
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         return "is an integer beyond 64 bits"
+    if nests_deeper_than(value, MAX_DEPTH):
+        return f"nests deeper than MongoDB's {MAX_DEPTH} levels"
     return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,11 +23,12 @@ from pymongo.database import Database
 from pymongo.errors import CollectionInvalid, PyMongoError
 
 from docmultilock._args import tag_or_only
+from docmultilock._core import DEFAULT_MAX_HOLDERS
 from docmultilock._driver import deadline, translate
 from docmultilock._lock import Lock
 from docmultilock._rules import WRITE_ONLY
 from docmultilock._sync import _LockManager
-from docmultilock.errors import InvalidArgument
+from docmultilock.errors import InvalidArgument, LockError
 from docmultilock.options import Duration, ErrorFactory, load_options, parse_duration
 
 __all__ = ["NamedLocks"]
@@ -39,9 +41,51 @@ LOCK_FIELD = "lock"
 TTL_INDEX = "docmultilock_expires"
 MAX_NAME_LENGTH = 512
 
-# Lock collections whose TTL index this process has made sure of, per client.
-_indexed: weakref.WeakKeyDictionary[MongoClient[Any], set[str]] = weakref.WeakKeyDictionary()
-_indexed_guard = threading.Lock()
+#: After a failed TTL-index creation, acquires try again only this many seconds later.
+INDEX_RETRY_SECONDS = 600.0
+
+
+class _TtlIndexes:
+    """Per client, the lock collections whose TTL index this process made sure of, or failed to.
+
+    A failure is kept with the monotonic time a retry is due.
+    A deployment may refuse the application's user ``createIndexes``; then every acquire
+    must not pay (and log) a failed attempt: it is retried every ``INDEX_RETRY_SECONDS``,
+    warned about once.
+    """
+
+    def __init__(self) -> None:
+        self._done: weakref.WeakKeyDictionary[MongoClient[Any], set[str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._retry_at: weakref.WeakKeyDictionary[MongoClient[Any], dict[str, float]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._guard = threading.Lock()
+
+    def due(self, client: MongoClient[Any], name: str) -> bool:
+        """True when an acquire should make sure of the index now."""
+        with self._guard:
+            if name in self._done.get(client, ()):
+                return False
+            retry_at = self._retry_at.get(client, {}).get(name)
+            return retry_at is None or time.monotonic() >= retry_at
+
+    def created(self, client: MongoClient[Any], name: str) -> None:
+        with self._guard:
+            self._done.setdefault(client, set()).add(name)
+            self._retry_at.get(client, {}).pop(name, None)
+
+    def failed(self, client: MongoClient[Any], name: str) -> bool:
+        """Record a failure; True for the first one (the one worth a warning)."""
+        with self._guard:
+            retries = self._retry_at.setdefault(client, {})
+            first = name not in retries
+            retries[name] = time.monotonic() + INDEX_RETRY_SECONDS
+            return first
+
+
+_indexes = _TtlIndexes()
 
 
 def check_name(name: object) -> str:
@@ -82,6 +126,8 @@ class NamedLocks(_LockManager):
         lock = jobs.acquire("nightly-report")     # LockAlreadyTaken (HTTP 409) when held
         jobs.release("nightly-report", lock)
 
+    A name takes at most ``max_holders`` live entries at once (see :class:`MultiLock`).
+
     :raises InvalidConfiguration: naming every problem with the options.
     """
 
@@ -96,6 +142,7 @@ class NamedLocks(_LockManager):
         timeout: Duration | None = 10.0,
         w: int | str = "majority",
         error_factory: ErrorFactory | None = None,
+        max_holders: int = DEFAULT_MAX_HOLDERS,
     ) -> None:
         if not isinstance(database, Database):
             raise InvalidArgument(
@@ -111,6 +158,7 @@ class NamedLocks(_LockManager):
             w=w,
             field=LOCK_FIELD,
             error_factory=error_factory,
+            max_holders=max_holders,
         )
         super().__init__(
             database[_check_collection_name(collection)],
@@ -227,19 +275,25 @@ class NamedLocks(_LockManager):
                 )
         except PyMongoError as exc:
             raise translate(exc, "ensure_indexes", None) from exc
-        with _indexed_guard:
-            _indexed.setdefault(collection.database.client, set()).add(collection.full_name)
+        _indexes.created(collection.database.client, collection.full_name)
 
     def _index_once(self) -> None:
         """Make sure of the TTL index after an acquire (the collection exists by then)."""
         collection = self.collection
-        with _indexed_guard:
-            done = collection.full_name in _indexed.get(collection.database.client, ())
-        if done:
+        client = collection.database.client
+        if not _indexes.due(client, collection.full_name):
             return
         try:
             self._create_ttl_index(None)
-        except Exception:
-            # The lock is already held: failing the acquire would leak it. The next
-            # acquire tries again; ensure_indexes() reports the error.
-            log.warning("could not create the TTL index on %s", collection.full_name, exc_info=True)
+        except LockError as err:
+            # The lock is already held: failing the acquire would leak it. An acquire tries
+            # again after INDEX_RETRY_SECONDS; ensure_indexes() reports the error.
+            first = _indexes.failed(client, collection.full_name)
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "could not create the TTL index on %s (trying again in %.0f s; create it at "
+                "deployment with NamedLocks.ensure_indexes()): %s",
+                collection.full_name,
+                INDEX_RETRY_SECONDS,
+                err,
+            )

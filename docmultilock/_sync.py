@@ -16,13 +16,13 @@ from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from docmultilock._args import check_filter, check_lock, check_tag, document_target
-from docmultilock._core import Command, LockCore
+from docmultilock._core import DEFAULT_MAX_HOLDERS, Command, LockCore
 from docmultilock._driver import WriteConcernViews, deadline, execute, is_transient, translate
 from docmultilock._hold import HeldLock, OnLost, Pacing, hold, plan_hold
-from docmultilock._idempotence import ATTEMPTS, Sent, UnsureReleases, retry_pause
+from docmultilock._idempotence import ATTEMPTS, Ledger, Sent, retry_pause
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
-from docmultilock.errors import InvalidArgument, LockError, LockNotFound
+from docmultilock.errors import AssertiveLock, InvalidArgument, LockError, LockNotFound
 from docmultilock.options import (
     Duration,
     ErrorFactory,
@@ -72,9 +72,15 @@ class _LockManager:
             )
         self.collection = collection
         self.options = options
-        self._core = LockCore(options.field, options.rules, exclusive=exclusive, named=named)
+        self._core = LockCore(
+            options.field,
+            options.rules,
+            exclusive=exclusive,
+            named=named,
+            max_holders=options.max_holders,
+        )
         self._views = WriteConcernViews(collection)
-        self._unsure = UnsureReleases()
+        self._ledger = Ledger()
 
     def __repr__(self) -> str:
         return (
@@ -141,9 +147,15 @@ class _LockManager:
             raise factory(err) from err
 
     def _lifetime(self, tag: str, lock_timeout: Duration | None) -> int:
+        """The lifetime a new ``tag`` lock is taken with, in ms."""
         if lock_timeout is None:
             return self.options.rules.lifetime_ms[tag]
         return parse_lifetime_ms(lock_timeout, "lock_timeout")
+
+    @staticmethod
+    def _lifetime_given(lock_timeout: Duration | None) -> int | None:
+        """The call's own lifetime in ms, or ``None`` to keep the lock's stored one."""
+        return None if lock_timeout is None else parse_lifetime_ms(lock_timeout, "lock_timeout")
 
     def _check_key(self, key: object) -> dict[str, Any]:
         """The filter for ``key`` (here the caller's filter), refused if bad before anything."""
@@ -186,10 +198,15 @@ class _LockManager:
             user_filter=user_filter,
             tag=name,
             lock_id=new_lock_id(),
-            lifetime_ms=self._lifetime(name, lock_timeout),
+            lifetime_ms=self._lifetime_given(lock_timeout),
             continuing=pending,
         )
-        granted = self._run(plan, "acquire", timeout, w)
+        try:
+            granted = self._run(plan, "acquire", timeout, w)
+        except AssertiveLock as err:
+            self._ledger.saw(err.lock)
+            raise
+        self._ledger.saw(granted)
         log.debug("acquired %s %s on %r", granted.tag, granted.id, granted.document_id)
         return granted
 
@@ -198,9 +215,10 @@ class _LockManager:
     ) -> None:
         held = check_lock(lock, self.options.rules)
         user_filter, target = self._locate(key, held)
-        sent = Sent(unsure=self._unsure.was_lost(held))
+        ledger = self._ledger
+        sent = Sent(unsure=ledger.was_unsure(held.id))
         try:
-            with self._unsure.on_db_error(held):
+            with ledger.on_db_error(held.id):
                 deleting = self._core.release_by_delete(target, lock=held)
                 if deleting is None or not self._run(deleting, "release", timeout, w, sent):
                     plan = self._core.release(target, user_filter=user_filter, lock=held)
@@ -209,14 +227,21 @@ class _LockManager:
             # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
             # removed it: while the lock is unexpired by the server's clock nobody else can
             # (pruning takes only expired entries), so the release did happen.
-            with self._unsure.on_db_error(held):
-                if not sent.unsure or not self._unexpired(held):
+            with ledger.on_db_error(held.id):
+                if not sent.unsure or not self._unexpired(held.id):
+                    ledger.forget(held.id)
                     raise
             log.debug("release of %s was applied by an attempt whose reply was lost", held.id)
-        self._unsure.forget(held)
+        ledger.forget(held.id)
 
-    def _unexpired(self, lock: Lock) -> bool:
-        """True while the server's clock is before ``lock``'s expiry (one ``hello``)."""
+    def _unexpired(self, lock_id: str) -> bool:
+        """True while the server's clock is before the expiry this manager saw it stamp.
+
+        One ``hello``; ``False`` at once for a lock this manager never saw granted.
+        """
+        expires_at = self._ledger.expiry(lock_id)
+        if expires_at is None:
+            return False
         try:
             with deadline(self.options.timeout):
                 now = self.collection.database.client.admin.command("hello")["localTime"]
@@ -224,7 +249,7 @@ class _LockManager:
             raise translate(exc, "release", None) from exc
         if now.tzinfo is None:
             now = now.replace(tzinfo=timezone.utc)
-        return bool(now < lock.expires_at)
+        return bool(now < expires_at)
 
     def _extend(
         self,
@@ -240,9 +265,11 @@ class _LockManager:
             target,
             user_filter=user_filter,
             lock=held,
-            lifetime_ms=self._lifetime(held.tag, lock_timeout),
+            lifetime_ms=self._lifetime_given(lock_timeout),
         )
-        return self._run(plan, "extend", timeout, w)
+        extended = self._run(plan, "extend", timeout, w)
+        self._ledger.saw(extended)
+        return extended
 
     def _guard(self, key: object, lock: object) -> dict[str, Any]:
         held = check_lock(lock, self.options.rules, granted=True)
@@ -361,6 +388,9 @@ class MultiLock(_DocumentLocks):
         lock = locks.acquire({"_id": 1}, tag="read")
         locks.release({"_id": 1}, lock)
 
+    A document takes at most ``max_holders`` live entries (held and pending) at once; one
+    more is refused with :class:`~docmultilock.TooManyHolders`.
+
     :raises InvalidConfiguration: naming every problem with the options.
     """
 
@@ -375,6 +405,7 @@ class MultiLock(_DocumentLocks):
         w: int | str = "majority",
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
+        max_holders: int = DEFAULT_MAX_HOLDERS,
     ) -> None:
         options = load_options(
             lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
@@ -386,6 +417,7 @@ class MultiLock(_DocumentLocks):
             w=w,
             field=field,
             error_factory=error_factory,
+            max_holders=max_holders,
         )
         super().__init__(collection, options, exclusive=False)
 

@@ -6,12 +6,14 @@ The tree, with ``status_code`` and the builtin each error also is::
     ├── ResourceNotFound           404  no document matches the filter
     ├── LockConflict               409  the lock cannot be had or kept now
     │   ├── CooperativeLock        409  refused: a cooperative tag is held (.blocking_tags)
-    │   │   └── LockAlreadyTaken   409  the WriteLock case
+    │   │   ├── LockAlreadyTaken   409  the WriteLock case
+    │   │   └── TooManyHolders     409  refused: the lock field holds max_holders entries
     │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
     │   ├── LockNotFound           409  the lock is no longer there (expired or displaced)
     │   │   └── LockWasReacquired  409  the WriteLock case
     │   └── LockTimeout            409  hold(wait=...) ran out of time (TimeoutError; .attempts)
     ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
+    ├── DocumentTooLarge           507  the entry would take the document past 16 MiB
     └── DbError                    500  the database failed; the pymongo error is ``__cause__``
         └── DbTimeout              504  ... because an operation ran out of time (TimeoutError)
 
@@ -38,6 +40,7 @@ __all__ = [
     "CooperativeLock",
     "DbError",
     "DbTimeout",
+    "DocumentTooLarge",
     "IncompatibleLockField",
     "InvalidArgument",
     "InvalidConfiguration",
@@ -48,6 +51,7 @@ __all__ = [
     "LockTimeout",
     "LockWasReacquired",
     "ResourceNotFound",
+    "TooManyHolders",
 ]
 
 
@@ -154,6 +158,29 @@ class LockAlreadyTaken(CooperativeLock):
     title = "Lock already taken"
 
 
+class TooManyHolders(CooperativeLock):
+    """Acquisition refused: the lock field already holds ``limit`` live entries.
+
+    Nothing was recorded; a place frees up as holders release or expire, so
+    ``hold(wait=...)`` waits for one like for any refusal. ``blocking_tags`` is empty.
+    """
+
+    title = "Too many holders"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+        limit: int = 0,
+    ) -> None:
+        super().__init__(message, filter=filter)
+        self.limit = limit
+
+    def _extra(self) -> dict[str, Any]:
+        return {**super()._extra(), "limit": self.limit}
+
+
 class AssertiveLock(LockConflict):
     """The lock was registered as pending; tags it waits for are still held.
 
@@ -244,6 +271,18 @@ class IncompatibleLockField(LockError):
     """
 
     title = "Incompatible lock field"
+
+
+class DocumentTooLarge(LockError):
+    """The lock's entry would take the document past MongoDB's 16 MiB limit.
+
+    Nothing was written. The document itself is close to the limit; lower ``max_holders``
+    or keep large documents' locks in :class:`~docmultilock.NamedLocks`.
+    """
+
+    title = "Document too large"
+
+    status_code = 507
 
 
 class DbError(LockError):

@@ -17,6 +17,7 @@ from typing import Any
 import marshmallow
 from marshmallow import fields, validate
 
+from docmultilock._core import DEFAULT_MAX_HOLDERS
 from docmultilock._rules import TagRules, build_rules, check_relationships
 from docmultilock.errors import InvalidArgument, InvalidConfiguration, LockError
 
@@ -40,6 +41,9 @@ MAX_LIFETIME_SECONDS = 365 * 86400.0
 #: A numeric ``w`` above this can never be satisfied: a replica set has at most 50 members.
 #: It would apply every write and then report a failure, leaving a lock nobody holds.
 MAX_W = 50
+
+#: The largest ``max_holders``: about 135,000 entries fill MongoDB's 16 MiB document.
+MAX_HOLDERS_LIMIT = 100_000
 
 
 def is_encodable(text: str) -> bool:
@@ -165,6 +169,11 @@ class _OptionsSchema(marshmallow.Schema):
     w = _Parsed(parse_write_concern, required=True)
     field = _Parsed(parse_field_name, required=True)
     error_factory = fields.Raw(allow_none=True, load_default=None)
+    max_holders = fields.Integer(
+        strict=True,
+        load_default=DEFAULT_MAX_HOLDERS,
+        validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT),
+    )
 
     @marshmallow.validates("error_factory")
     def _callable(self, value: Any, **kwargs: Any) -> None:
@@ -198,6 +207,7 @@ class LockOptions:
     w: int | str
     field: str
     error_factory: ErrorFactory | None
+    max_holders: int = DEFAULT_MAX_HOLDERS
 
 
 def load_options(**raw: Any) -> LockOptions:
@@ -214,4 +224,5 @@ def load_options(**raw: Any) -> LockOptions:
         w=data["w"],
         field=data["field"],
         error_factory=data["error_factory"],
+        max_holders=data["max_holders"],
     )

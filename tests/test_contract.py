@@ -6,7 +6,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import bson
 import pytest
+from bson.decimal128 import Decimal128
+from bson.int64 import Int64
 from pymongo.collection import Collection
 
 from docmultilock import (
@@ -266,3 +269,44 @@ def test_expiry_is_stamped_by_the_server_not_the_client(
 def test_a_filter_bson_cannot_carry_is_refused(locks: Manager, doc: Doc, value: Any) -> None:
     with pytest.raises(InvalidArgument, match="cannot be sent"):
         take(locks, {"_id": value})
+
+
+@pytest.mark.parametrize(
+    "fence",
+    [
+        float("nan"),
+        float("inf"),
+        Decimal128("3"),
+        Int64(2**63 - 1),
+        2.5,
+        3.0,
+        -1,
+        "3",
+    ],
+    ids=["nan", "infinity", "decimal128", "int64-max", "fraction", "double", "negative", "str"],
+)
+def test_a_lock_field_with_a_fence_docmultilock_cannot_grow_is_never_written(
+    locks: Manager, collection: Collection[Doc], fence: Any
+) -> None:
+    collection.insert_one({"_id": 1, "lock": {"v": 1, "fence": fence, "holders": []}})
+    with pytest.raises(IncompatibleLockField, match="fence"):
+        take(locks, {"_id": 1})
+    # Compared as BSON: NaN is not equal to itself in Python.
+    assert bson.encode(stored_lock(collection)) == bson.encode(
+        {"v": 1, "fence": fence, "holders": []}
+    )
+
+
+def test_a_filter_nested_beyond_mongodbs_depth_is_refused(locks: Manager, doc: Doc) -> None:
+    deep: Doc = {"_id": 1}
+    for _ in range(2_000):
+        deep = {"$and": [deep]}
+    with pytest.raises(InvalidArgument, match="deep"):
+        take(locks, deep)
+
+
+def test_a_filter_nested_a_little_is_fine(locks: Manager, doc: Doc) -> None:
+    nested: Doc = {"_id": 1}
+    for _ in range(20):
+        nested = {"$and": [nested]}
+    take(locks, nested)

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 from bson import ObjectId
+from pymongo.errors import OperationFailure
 
 import docmultilock
 from docmultilock import (
@@ -15,6 +16,7 @@ from docmultilock import (
     CooperativeLock,
     DbError,
     DbTimeout,
+    DocumentTooLarge,
     IncompatibleLockField,
     InvalidArgument,
     InvalidConfiguration,
@@ -26,7 +28,9 @@ from docmultilock import (
     LockTimeout,
     LockWasReacquired,
     ResourceNotFound,
+    TooManyHolders,
 )
+from docmultilock._driver import translate
 
 LOCK = Lock(
     id="0" * 32,
@@ -53,6 +57,8 @@ LOCK = Lock(
         (DbError, 500),
         (DbTimeout, 504),
         (IncompatibleLockField, 500),
+        (TooManyHolders, 409),
+        (DocumentTooLarge, 507),
     ],
 )
 def test_each_error_carries_its_http_status(error: type[LockError], status: int) -> None:
@@ -116,6 +122,8 @@ def test_assertive_lock_to_dict_includes_the_pending_lock() -> None:
         AssertiveLock("wait", filter={"_id": 1}, lock=LOCK, blocking_tags=("read",)),
         LockWasReacquired("lost", filter={"_id": 1}, lock=LOCK),
         DbTimeout("slow", filter={"_id": 1}),
+        TooManyHolders("full", filter={"_id": 1}, limit=1000),
+        DocumentTooLarge("too large", filter={"_id": 1}),
         LockTimeout("gave up", filter={"_id": 1}, attempts=4, waited=1.5, blocking_tags=("write",)),
     ],
     ids=lambda e: type(e).__name__,
@@ -157,3 +165,18 @@ def test_the_public_api_is_sorted_and_importable() -> None:
     assert list(names) == sorted(names)
     for name in names:
         assert hasattr(docmultilock, name)
+
+
+def test_too_many_holders_is_a_refusal_hold_waits_on() -> None:
+    err = TooManyHolders("full", filter={"_id": 1}, limit=3)
+    assert isinstance(err, CooperativeLock)
+    assert err.to_dict()["limit"] == 3
+
+
+@pytest.mark.parametrize("code", [10334, 17419, 17420])
+def test_a_reply_too_large_for_a_document_becomes_document_too_large(code: int) -> None:
+    message = "Resulting document after update is larger than 16777216"
+    failure = OperationFailure(message, code, {"ok": 0, "code": code, "errmsg": message})
+    err = translate(failure, "acquire", {"_id": 1})
+    assert type(err) is DocumentTooLarge
+    assert err.filter == {"_id": 1}

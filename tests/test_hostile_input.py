@@ -188,7 +188,8 @@ class Scene:
     def check_untouched(self, field: str = "lock", *, renewed: bool = False) -> None:
         """The user's fields of both documents, and the other holder's lock, are intact.
 
-        With ``renewed`` (the call used the holder's own lock), its expiry may have moved.
+        With ``renewed`` (the call used the holder's own lock), its expiry may have moved,
+        and its lifetime changed if the call gave one.
         """
         for document in self.collection.find({}, sort=[("_id", 1)]):
             mine = {k: v for k, v in document.items() if k in USER_FIELDS}
@@ -196,8 +197,8 @@ class Scene:
             assert set(document) <= {"_id", *USER_FIELDS, "lock", field}, document
         now = self.holders(1)
         if renewed:
-            assert [{**h, "expires": None} for h in now] == [
-                {**h, "expires": None} for h in self.held_entry
+            assert [{**h, "expires": None, "ttl": None} for h in now] == [
+                {**h, "expires": None, "ttl": None} for h in self.held_entry
             ]
         else:
             assert now == self.held_entry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timezone
 from typing import Any
@@ -18,6 +19,7 @@ from docmultilock import (
     LockNotFound,
     LockWasReacquired,
     MultiLock,
+    TooManyHolders,
     WriteLock,
 )
 from tests.helpers import USER_FIELDS, stored_lock, user_fields, wait_until
@@ -484,3 +486,57 @@ def test_the_stored_expiry_is_the_latest_holders(
     assert stored_lock(collection)["expires"].replace(tzinfo=timezone.utc) == long.expires_at
     rw_lock.release(doc, long)
     assert stored_lock(collection)["expires"].replace(tzinfo=timezone.utc) == short.expires_at
+
+
+# -- a bounded number of entries ---------------------------------------------------------------
+
+
+@pytest.fixture
+def capped(collection: Collection[Doc]) -> MultiLock:
+    return MultiLock(collection, max_holders=3)
+
+
+def test_a_document_takes_at_most_max_holders_entries(capped: MultiLock, doc: Doc) -> None:
+    for _ in range(3):
+        capped.acquire(doc, tag="read")
+    with pytest.raises(TooManyHolders) as caught:
+        capped.acquire(doc, tag="read")
+    assert (caught.value.status_code, caught.value.limit) == (409, 3)
+
+
+def test_a_refusal_for_too_many_holders_records_nothing(
+    capped: MultiLock, doc: Doc, collection: Collection[Doc]
+) -> None:
+    for _ in range(3):
+        capped.acquire(doc, tag="read")
+    before = stored_lock(collection)
+    with pytest.raises(TooManyHolders):
+        capped.acquire(doc, tag="write")  # would otherwise register as pending
+    assert stored_lock(collection) == before
+
+
+def test_a_place_frees_up_when_a_holder_releases(capped: MultiLock, doc: Doc) -> None:
+    readers = [capped.acquire(doc, tag="read") for _ in range(3)]
+    capped.release(doc, readers[0])
+    capped.acquire(doc, tag="read")
+
+
+def test_a_pending_lock_already_counted_is_continued_when_the_document_is_full(
+    capped: MultiLock, doc: Doc
+) -> None:
+    capped.acquire(doc, tag="read")
+    capped.acquire(doc, tag="read")
+    pending = pending_of(capped, doc, "write")
+    with pytest.raises(AssertiveLock):
+        capped.acquire(doc, lock=pending)
+
+
+def test_hold_waits_for_a_place_when_the_document_is_full(capped: MultiLock, doc: Doc) -> None:
+    readers = [capped.acquire(doc, tag="read") for _ in range(3)]
+    releaser = threading.Timer(0.3, capped.release, args=(doc, readers[0]))
+    releaser.start()
+    try:
+        with capped.hold(doc, tag="read", wait=10.0) as held:
+            assert not held.lock.pending
+    finally:
+        releaser.join()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
+import docmultilock._named
 from docmultilock import (
     AssertiveLock,
     CooperativeLock,
@@ -366,6 +369,55 @@ def test_the_ttl_index_is_created_after_the_first_acquire(
     index = collection.index_information()[TTL_INDEX]
     assert index["key"] == [("lock.expires", 1)]
     assert index["expireAfterSeconds"] == 0
+
+
+@pytest.fixture
+def logged(uri: str) -> Iterator[tuple[MongoClient[Doc], CommandLog]]:
+    """A client of its own (so no TTL index is known made yet) that logs its commands."""
+    log = CommandLog()
+    fresh: MongoClient[Doc] = MongoClient(uri, event_listeners=[log], **CLIENT_OPTIONS)
+    try:
+        yield fresh, log
+    finally:
+        fresh.close()
+
+
+def cycles(named: NamedLocks, count: int) -> None:
+    for _ in range(count):
+        named.release("job", named.acquire("job"))
+
+
+def test_a_refused_ttl_index_is_not_tried_again_by_every_acquire(
+    logged: tuple[MongoClient[Doc], CommandLog],
+    collection: Collection[Doc],
+    fail_point: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fresh, log = logged
+    fail_point(times=100, commands=("createIndexes",), errorCode=13)  # Unauthorized
+    named = NamedLocks(fresh[collection.database.name], collection.name)
+    with caplog.at_level(logging.DEBUG, logger="docmultilock"):
+        cycles(named, 5)
+    assert log.names.count("createIndexes") == 1
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "TTL index" in warnings[0].getMessage()
+    assert warnings[0].exc_info is None
+
+
+def test_a_refused_ttl_index_is_tried_again_after_the_retry_delay(
+    logged: tuple[MongoClient[Doc], CommandLog],
+    collection: Collection[Doc],
+    fail_point: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh, log = logged
+    monkeypatch.setattr(docmultilock._named, "INDEX_RETRY_SECONDS", 0.0)
+    fail_point(times=1, commands=("createIndexes",), errorCode=13)
+    named = NamedLocks(fresh[collection.database.name], collection.name)
+    cycles(named, 3)
+    assert log.names.count("createIndexes") == 2  # refused once, then made, then known
+    assert TTL_INDEX in collection.index_information()
 
 
 def test_ensure_indexes_creates_the_ttl_index_up_front_and_is_idempotent(

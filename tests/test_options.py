@@ -29,6 +29,19 @@ def test_a_lock_timeout_must_be_a_positive_duration(collection: Collection[Doc],
     assert "lock_timeout" in problems(exc)
 
 
+@pytest.mark.parametrize("bad", [0, -1, 100_001, 2.0, True, "10", None])
+def test_max_holders_must_be_a_whole_number_from_1_to_100000(
+    collection: Collection[Doc], bad: Any
+) -> None:
+    with pytest.raises(InvalidConfiguration) as exc:
+        MultiLock(collection, max_holders=bad)
+    assert "max_holders" in problems(exc)
+
+
+def test_max_holders_defaults_to_1000(collection: Collection[Doc]) -> None:
+    assert MultiLock(collection).options.max_holders == 1000
+
+
 @pytest.mark.parametrize("bad", [0, -5, False, "soon"])
 def test_an_operation_timeout_must_be_a_positive_duration(
     collection: Collection[Doc], bad: Any

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pymongo.collection import Collection
 
+from docmultilock import DocumentTooLarge, WriteLock
 from docmultilock._expr import SERVER_NOW, each, field_or_null
 
 Doc = dict[str, Any]
@@ -76,3 +77,15 @@ def test_workaround_field_or_null_binds_a_missing_field_as_null(
 ) -> None:
     expression = {"$let": {"vars": {"v": field_or_null("nothing")}, "in": {"$type": "$$v"}}}
     assert evaluate(collection, expression) == "null"
+
+
+@pytest.mark.usefixtures("embedded_departure")
+def test_mongodb_refuses_a_lock_entry_past_16_mib_as_too_large(
+    collection: Collection[Doc],
+) -> None:
+    # MongoDB answers BSONObjectTooLarge (10334), which docmultilock reports as
+    # DocumentTooLarge; the embedded server answers a findAndModify pipeline update that
+    # outgrows the limit with a bare InternalError (code 1), which stays a DbError.
+    collection.insert_one({"_id": 1, "blob": "x" * (16 * 1024 * 1024 - 200)})
+    with pytest.raises(DocumentTooLarge):
+        WriteLock(collection).acquire({"_id": 1})

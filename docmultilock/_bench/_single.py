@@ -45,7 +45,9 @@ def write_sides(twins: Bed, where: Doc) -> dict[str, Side]:
 
 def read_sides(twins: Bed, where: Doc) -> dict[str, Side]:
     """A MultiLock read cycle and the floor's cycle on the twin documents ``where``."""
-    locks, floor = MultiLock(twins.locks), FloorLock(twins.floor)
+    # Room for the measured reader beside the most holders scenario 6 plants.
+    locks = MultiLock(twins.locks, max_holders=max(READERS) + 1)
+    floor = FloorLock(twins.floor)
     return {
         "docmultilock": Side(
             lambda: locks.acquire(where, tag="read"), lambda lock: locks.release(where, lock)
@@ -134,6 +136,7 @@ def _holders(count: int) -> Doc:
                 "fence": {"$add": ["$$this", 1]},
                 "acquired": "$$NOW",
                 "expires": {"$add": ["$$NOW", HOUR_MS]},
+                "ttl": HOUR_MS,
             },
         }
     }
