@@ -1,12 +1,13 @@
 """A loopback TCP proxy in front of a MongoDB server that can lose replies on purpose.
 
 Fail points inject faults *before* a command runs (``closeConnection``) or report an error
-after it ran (``writeConcernError``, which pymongo does not retry the way it retries a cut
-connection). A reply lost in the network after the server applied the command is neither:
-this proxy makes it. Armed with :meth:`ReplyCutter.cut_replies`, it forwards the next
-matching command, waits for the server's reply, and closes the client's connection instead
-of passing the reply on. The client sees a dropped connection, exactly as if the reply had
-been lost on the way; pymongo then retries a retryable write on a new connection.
+after it ran (``writeConcernError``, which reaches the caller on the embedded server
+without a retry by pymongo). A reply lost in the network after the server applied the
+command is neither: this proxy makes it. Armed with :meth:`ReplyCutter.cut_replies`, it
+forwards the next matching command, waits for the server's reply, and closes the client's
+connection instead of passing the reply on. The client sees a dropped connection, exactly
+as if the reply had been lost on the way; pymongo then retries a retryable write on a new
+connection.
 
 It reads the MongoDB wire protocol only as far as it must: the 16-byte header (int32
 messageLength, requestID, responseTo, opCode) gives the message boundaries and ties a reply

@@ -164,4 +164,5 @@ def test_locks_hold_their_guarantees_under_chaos(tmp_path: Path, record_property
     assert report.counts["grants named"] > 10, summary
     assert report.counts["restarts survived"] == len(PLAN.restarts), summary
     assert report.counts["SIGKILL of a holder"] > 0, summary
+    assert report.counts["replies cut"] > 0, summary
     assert not report.violations, summary
