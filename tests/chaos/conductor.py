@@ -9,12 +9,19 @@ Faults, chosen at random over the run (see ``FAULTS`` and ``Conductor.run``):
   non-retryable error 2, a ``writeConcernError`` on a lock command (applied, yet reported
   failed: a lost reply), and a blocked connection longer than the operation's timeout
   (``DbTimeout``; the command may still be applied afterwards).
+* **Reply cuts**: the workers connect through a proxy (``tests/proxy.py``) that, when
+  armed, forwards the next lock command or guarded write, waits for the server's reply and
+  closes the worker's connection instead: a reply lost *after* the command was applied.
+  pymongo retries (the embedded server executes that retry again, ``docs/server.md``); a
+  second cut reaches docmultilock, which retries itself. Every dropped reply is recorded
+  with its command for the checker.
 * **SIGKILL of a holder**: a worker process that holds a lock is killed and a fresh one
   takes its slot. A thread then watches the dead holder's lock through its own
   ``guard()`` filter (the library's "still counting" by the server's clock) until it no
   longer matches, recording the server time of the last poll that found it live.
 * **kill -9 of the server**, restarted on the same on-disk storage and port (it runs with
-  ``sync_on_commit``, so every acknowledged write survives).
+  ``sync_on_commit``, so every acknowledged write survives). The proxy stays up and
+  connects each new worker connection to the server anew.
 """
 
 from __future__ import annotations
@@ -37,17 +44,40 @@ from docmultilock.testing import EmbeddedServer
 from tests.chaos.checker import DeadHolder, read_journal
 from tests.chaos.resources import DB_NAME, Resource, lock_from, ms, resources
 from tests.chaos.workers import APP_NAME, WorkerConfig, client_options, work
+from tests.proxy import ReplyCutter
 
 Doc = dict[str, Any]
 
-#: Each fault: its name, the ``failCommand`` data and how many commands it hits (a range).
-FAULTS: list[tuple[str, Doc, tuple[int, int]]] = [
-    ("cut lock command", {"failCommands": ["findAndModify"], "closeConnection": True}, (1, 3)),
-    ("cut guarded write", {"failCommands": ["update"], "closeConnection": True}, (1, 2)),
-    ("error 91", {"failCommands": ["findAndModify", "update"], "errorCode": 91}, (1, 3)),
-    ("error 10107", {"failCommands": ["findAndModify", "update"], "errorCode": 10107}, (1, 2)),
-    ("error 2", {"failCommands": ["findAndModify"], "errorCode": 2}, (1, 2)),
-    (
+
+@dataclass(frozen=True)
+class FailPoint:
+    """A ``failCommand`` fail point: it acts before the command runs, or on its reply."""
+
+    name: str
+    data: Doc
+    times: tuple[int, int]  # how many commands it hits (a range)
+
+
+@dataclass(frozen=True)
+class ReplyCut:
+    """The proxy drops the reply to an applied command (see ``tests/proxy.py``)."""
+
+    name: str
+    commands: frozenset[str]
+    times: tuple[int, int]
+
+
+FAULTS: list[FailPoint | ReplyCut] = [
+    FailPoint(
+        "cut lock command", {"failCommands": ["findAndModify"], "closeConnection": True}, (1, 3)
+    ),
+    FailPoint("cut guarded write", {"failCommands": ["update"], "closeConnection": True}, (1, 2)),
+    FailPoint("error 91", {"failCommands": ["findAndModify", "update"], "errorCode": 91}, (1, 3)),
+    FailPoint(
+        "error 10107", {"failCommands": ["findAndModify", "update"], "errorCode": 10107}, (1, 2)
+    ),
+    FailPoint("error 2", {"failCommands": ["findAndModify"], "errorCode": 2}, (1, 2)),
+    FailPoint(
         "lost reply",
         {
             "failCommands": ["findAndModify"],
@@ -55,11 +85,13 @@ FAULTS: list[tuple[str, Doc, tuple[int, int]]] = [
         },
         (1, 2),
     ),
-    (
+    FailPoint(
         "blocked past timeout",
         {"failCommands": ["findAndModify"], "blockConnection": True, "blockTimeMS": 2500},
         (1, 1),
     ),
+    ReplyCut("lock command", frozenset({"findAndModify"}), (1, 2)),
+    ReplyCut("guarded write", frozenset({"update"}), (1, 2)),
 ]
 
 
@@ -176,6 +208,9 @@ class Conductor:
             server.uri, appName="chaos-conductor", **client_options()
         )
         self.resources = resources(self.client[DB_NAME], plan.documents, plan.names)
+        # The workers' way to the server; the conductor's own client goes direct.
+        self.cutter = ReplyCutter(("127.0.0.1", server.port))
+        self.cutter.start()
         self.faults: Counter[str] = Counter()
         self.restarted_at: list[int] = []
         self.dead_holders: list[DeadHolder] = []
@@ -183,13 +218,18 @@ class Conductor:
 
     def close(self) -> None:
         self.client.close()
+        self.cutter.stop()
+
+    @property
+    def workers_uri(self) -> str:
+        return f"mongodb://127.0.0.1:{self.cutter.port}/?directConnection=true"
 
     def run(self) -> int:
         """Run the workers for ``plan.seconds`` under faults; return the stragglers killed."""
         plan, rng = self.plan, self.rng
         start = time.time()
         deadline = start + plan.seconds
-        fleet = Fleet(plan, self.server.uri, self.journal_dir, deadline, self.seed)
+        fleet = Fleet(plan, self.workers_uri, self.journal_dir, deadline, self.seed)
         for slot in range(plan.workers):
             fleet.start(slot)
         restarts = [start + fraction * plan.seconds for fraction in plan.restarts]
@@ -204,7 +244,7 @@ class Conductor:
             elif now >= next_kill and self.kill_a_holder(fleet):
                 next_kill = now + rng.uniform(0.5, 1.5) * plan.kill_every
             elif now >= next_fault:
-                self.arm_fail_point()
+                self.arm_fault()
                 next_fault = now + rng.uniform(0.5, 1.5) * plan.fault_every
             time.sleep(0.05)
         self._quietly(self.disarm)
@@ -223,20 +263,26 @@ class Conductor:
                 return
 
     def disarm(self) -> None:
+        self.cutter.disarm()
         self.client.admin.command("configureFailPoint", "failCommand", mode="off")
 
-    def arm_fail_point(self) -> None:
-        name, data, (low, high) = self.rng.choice(FAULTS)
+    def arm_fault(self) -> None:
+        fault = self.rng.choice(FAULTS)
+        times = self.rng.randint(*fault.times)
+        if isinstance(fault, ReplyCut):
+            self.cutter.cut_replies(fault.commands, times)
+            self.faults[f"reply cut armed: {fault.name}"] += 1
+            return
         try:
             self.client.admin.command(
                 "configureFailPoint",
                 "failCommand",
-                mode={"times": self.rng.randint(low, high)},
-                data={**data, "appName": APP_NAME},
+                mode={"times": times},
+                data={**fault.data, "appName": APP_NAME},
             )
         except PyMongoError:
             return  # the server is down; the next fault will do
-        self.faults[f"fail point: {name}"] += 1
+        self.faults[f"fail point: {fault.name}"] += 1
 
     def kill_a_holder(self, fleet: Fleet) -> bool:
         holders = fleet.holders()

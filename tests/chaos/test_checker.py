@@ -11,6 +11,7 @@ import pytest
 
 from tests.chaos.checker import DeadHolder, Report, check
 from tests.chaos.resources import user_fields
+from tests.proxy import Cut
 
 Doc = dict[str, Any]
 
@@ -35,6 +36,21 @@ def grant(lock_id: str, resource: str, tag: str, fence: int, acq: int, exp: int)
 
 def entry(write_id: str, lock_id: str, kind: str, fence: int, at: int) -> Doc:
     return {"s": write_id, "l": lock_id, "k": kind, "f": fence, "at": at}
+
+
+def refused_live(lock_id: str) -> Doc:
+    return {"e": "released", "w": "0.1", "id": lock_id, "outcome": "refused_live"}
+
+
+def release_cut(lock_id: str, at: int, *, found: bool = True) -> Cut:
+    """A dropped reply to a document-mode release of ``lock_id`` (shaped as the core's)."""
+    command: Doc = {
+        "findAndModify": "docs",
+        "query": {"_id": 0},
+        "update": [{"$set": {"lock": {"$let": {"vars": {"id": {"$literal": lock_id}}}}}}],
+    }
+    mine = [{"id": lock_id, "tag": "write", "pending": False}] if found else []
+    return Cut(at, command, {"value": {"_id": 0, "ours": True, "mine": mine}, "ok": 1.0})
 
 
 @dataclass
@@ -76,10 +92,20 @@ class Run:
     )
     dead: list[DeadHolder] = field(default_factory=list)
     restarts: list[int] = field(default_factory=lambda: [1200])
+    cuts: list[Cut] = field(default_factory=list)
+    retries_reexecuted: bool = True  # as on the embedded server
 
     def check(self) -> Report:
         expected = {key: user_fields(key) for key in self.counters}
-        return check(self.events, self.counters, expected, self.dead, self.restarts)
+        return check(
+            self.events,
+            self.counters,
+            expected,
+            self.dead,
+            self.restarts,
+            self.cuts,
+            self.retries_reexecuted,
+        )
 
 
 def test_a_clean_run_has_no_violations() -> None:
@@ -153,7 +179,28 @@ def undocumented_error(run: Run) -> None:
 
 
 def release_refused_while_live(run: Run) -> None:
-    run.events.append({"e": "released", "w": "0.1", "id": B, "outcome": "refused_live"})
+    run.events.append(refused_live(B))
+
+
+def release_refused_after_a_cut_on_a_server_that_answers_retries(run: Run) -> None:
+    run.events.append(refused_live(B))
+    run.cuts.append(release_cut(B, 2050))
+    run.retries_reexecuted = False
+
+
+def release_refused_after_a_cut_reply_without_its_entry(run: Run) -> None:
+    run.events.append(refused_live(B))
+    run.cuts.append(release_cut(B, 2050, found=False))
+
+
+def release_refused_after_a_cut_before_it_began(run: Run) -> None:
+    run.events.append(refused_live(B))
+    run.cuts.append(release_cut(B, 1900))  # an extension's reply, say
+
+
+def release_refused_after_a_cut_of_another_lock(run: Run) -> None:
+    run.events.append(refused_live(B))
+    run.cuts.append(release_cut(A, 2050))
 
 
 def restart_not_survived(run: Run) -> None:
@@ -176,6 +223,10 @@ PLANTED: list[tuple[Callable[[Run], None], str]] = [
     (dead_holder_never_freed, "dead_holder"),
     (undocumented_error, "undocumented"),
     (release_refused_while_live, "release"),
+    (release_refused_after_a_cut_on_a_server_that_answers_retries, "release"),
+    (release_refused_after_a_cut_reply_without_its_entry, "release"),
+    (release_refused_after_a_cut_before_it_began, "release"),
+    (release_refused_after_a_cut_of_another_lock, "release"),
     (restart_not_survived, "restart"),
 ]
 
@@ -208,3 +259,32 @@ def test_a_lock_killed_without_release_counts_until_its_expiry() -> None:
     run = Run()
     run.events.append(grant("d" * 32, "name:job-0", "write", 6_000_000, 2400, 3900))
     assert [v.kind for v in run.check().violations] == ["conflict"]
+
+
+def test_a_release_refused_after_its_applied_reply_was_cut_is_counted_not_flagged() -> None:
+    # The embedded server ran pymongo's retry of the release again (docs/server.md).
+    run = Run()
+    run.events.append(refused_live(B))
+    run.cuts.append(release_cut(B, 2050))
+    report = run.check()
+    assert report.violations == []
+    assert report.counts["release refused after its applied reply was cut (server)"] == 1
+
+
+def test_a_named_release_refused_after_its_applied_delete_was_cut_is_counted_not_flagged() -> None:
+    run = Run()
+    run.events += [{"e": "releasing", "w": "0.1", "id": C, "t": 2100}, refused_live(C)]
+    delete = {"findAndModify": "locks", "query": {"$expr": {"$in": [{"$literal": C}]}}}
+    run.cuts.append(Cut(2120, {**delete, "remove": True}, {"value": {"_id": "job-0"}}))
+    report = run.check()
+    assert report.violations == []
+    assert report.counts["release refused after its applied reply was cut (server)"] == 1
+
+
+def test_cut_replies_are_counted_by_command() -> None:
+    run = Run()
+    run.cuts += [release_cut(A, 1400), Cut(1500, {"update": "docs"}, {"n": 1, "ok": 1.0})]
+    report = run.check()
+    assert report.counts["replies cut"] == 2
+    assert report.counts["replies cut: findAndModify"] == 1
+    assert report.counts["replies cut: update"] == 1

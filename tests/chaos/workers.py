@@ -311,6 +311,8 @@ class Worker:
             except LockNotFound:
                 # Release is idempotent: after a lost reply (an earlier attempt applied) it
                 # still succeeds while the lock is live. Only an expired lock may be lost.
+                # (The checker knows the one exception, which is the embedded server's: a
+                # retry pymongo makes itself is executed again and finds the entry gone.)
                 outcome = "expired" if self.now() >= ms(lock.expires_at) else "refused_live"
                 self.journal("released", id=lock.id, outcome=outcome)
                 return
