@@ -7,16 +7,23 @@ judges expiry by the server's clock::
     from docmultilock import MultiLock
     locks = MultiLock(db.orders)
     lock = locks.acquire({"_id": 1}, tag="write")
+
+Every class has an async twin on PyMongo's native async API (``AsyncMultiLock`` over an
+``AsyncMongoClient``'s collection, ``await locks.acquire(...)``, ``async with
+locks.hold(...)``), with the same arguments, errors and semantics.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from docmultilock._hold import HeldLock
+from docmultilock._async.hold import AsyncHeldLock
+from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
+from docmultilock._async.named import AsyncNamedLocks
 from docmultilock._lock import Lock, LockSchema
-from docmultilock._named import NamedLocks
-from docmultilock._sync import MultiLock, WriteLock
+from docmultilock._sync.hold import HeldLock
+from docmultilock._sync.managers import MultiLock, WriteLock
+from docmultilock._sync.named import NamedLocks
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
@@ -45,6 +52,10 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "AssertiveLock",
+    "AsyncHeldLock",
+    "AsyncMultiLock",
+    "AsyncNamedLocks",
+    "AsyncWriteLock",
     "CooperativeLock",
     "DbError",
     "DbTimeout",

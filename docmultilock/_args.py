@@ -20,9 +20,15 @@ from docmultilock._lock import (
 from docmultilock._rules import TagRules
 from docmultilock.errors import InvalidArgument
 
+#: The longest lock name, in characters.
+MAX_NAME_LENGTH = 512
+
 __all__ = [
+    "check_collection_name",
     "check_filter",
+    "check_flavour",
     "check_lock",
+    "check_name",
     "check_tag",
     "document_target",
     "same_bson_value",
@@ -44,6 +50,49 @@ def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
             f"filter nests documents and arrays too deep: MongoDB allows {MAX_DEPTH} levels"
         )
     return dict(filter)
+
+
+def check_name(name: object) -> str:
+    """Accept a lock name: a string of 1 to 512 characters that UTF-8 can encode."""
+    if not isinstance(name, str):
+        raise InvalidArgument(f"a lock name must be a string, not {type(name).__name__}")
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidArgument(
+            f"a lock name must have 1 to {MAX_NAME_LENGTH} characters, not {len(name)}"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"a lock name must be valid text: {exc}") from exc
+    return name
+
+
+def check_collection_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidArgument(f"collection must be a string, not {type(name).__name__}")
+    if not name or "$" in name or "\x00" in name or name.startswith("system."):
+        raise InvalidArgument(
+            f"collection must be a non-empty name without '$' or NUL, not in 'system.'; "
+            f"got {name!r}"
+        )
+    return name
+
+
+def check_flavour(value: object, expected: type, what: str, manager: str) -> None:
+    """Refuse a ``value`` of the other flavour (or no pymongo object at all) for ``manager``.
+
+    A sync manager takes pymongo's ``Collection``/``Database``, an async one
+    ``AsyncCollection``/``AsyncDatabase``; a mix-up is named with the right class to use.
+    """
+    if isinstance(value, expected):
+        return
+    given = type(value).__name__
+    wanted = expected.__name__
+    message = f"{manager} needs a pymongo {wanted} as {what}, not {given}"
+    if given in (f"Async{wanted}", wanted.removeprefix("Async")):
+        twin = manager.removeprefix("Async") if manager.startswith("Async") else f"Async{manager}"
+        message += f"; use {twin} with {given}"
+    raise InvalidArgument(message)
 
 
 def check_tag(tag: object, rules: TagRules) -> str:

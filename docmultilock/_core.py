@@ -1,39 +1,39 @@
-"""The whole lock algorithm, without I/O: what to send for each operation, and what came back.
+"""The lock algorithm's commands, without I/O: what to send for each operation, and what came back.
 
 Invariants every builder here keeps:
 
 * **One command per operation.** Acquire, release and extend are each a single
-  ``findAndModify`` whose update pipeline decides and writes atomically on the server, and
-  whose projection returns just enough to tell every outcome apart (a missing document is a
-  ``None`` reply; a refusal is a reply without our entry). No read-then-write.
-* **Server time only.** Expiry is judged against the server's ``$$NOW``, never the client's
-  clock. Expired entries are dropped by every write, so no expired entry can sit next to a
-  live one and let a conflicting holder in.
-* **Only the lock field is touched.** The pipeline ``$set``s ``field`` and nothing else, and
-  leaves it as it is when it holds something this layout did not write.
+  ``findAndModify`` whose update pipeline (``_pipeline``) decides and writes atomically on
+  the server, and whose projection returns just enough to tell every outcome apart (a
+  missing document is a ``None`` reply; a refusal is a reply without our entry). No
+  read-then-write.
+* **The reply is read in the pipeline's order**, so client and server can never disagree
+  about an outcome.
 
-The stored layout (``docs/concepts.md`` documents it for users)::
-
-    field: {
-      v: 1,                 # layout version; any other value is refused, never overwritten
-      fence: <int>,         # last fence granted on this document; never decreases
-      expires: <date>,      # latest expiry among holders (time of the last write if none)
-      holders: [{id, tag, pending, fence, acquired, expires, ttl}, ...]
-    }
-
-An entry's ``ttl`` is the lifetime (ms) it was taken or last extended with: renewals keep it
-unless the call gives another, so a lock never takes its lifetime from what a client sends.
+Where the lock state lives is a value (:class:`Home`): the user's own document, or a lock
+document of its own per name; which errors a refusal raises is another (:class:`Verdicts`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, is_non_empty, literal
+from docmultilock._args import check_filter, check_name
+from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, literal
 from docmultilock._lock import Lock
+from docmultilock._pipeline import (
+    FENCES_PER_MS,
+    LAYOUT_VERSION,
+    OURS,
+    acquire_body,
+    capped,
+    extend_body,
+    release_body,
+    update_stages,
+)
 from docmultilock._rules import TagRules
 from docmultilock.errors import (
     AssertiveLock,
@@ -49,14 +49,15 @@ from docmultilock.errors import (
 
 __all__ = [
     "DEFAULT_MAX_HOLDERS",
-    "FENCES_PER_MS",
-    "FENCE_LIMIT",
-    "LAYOUT_VERSION",
+    "DOCUMENTS",
+    "EXCLUSIVE",
+    "NAMES",
+    "SHARED",
     "Command",
+    "Home",
     "LockCore",
+    "Verdicts",
 ]
-
-LAYOUT_VERSION = 1
 
 #: Live entries one lock field takes at most, unless a manager says otherwise: about
 #: 150 KB of entries, far from MongoDB's 16 MiB document limit.
@@ -67,7 +68,7 @@ Filter = Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """One ``findAndModify``: the shells run it and hand the reply to the plan's ``read``."""
+    """One ``findAndModify``: a driver sends it and hands the reply to the plan's ``read``."""
 
     filter: dict[str, Any]
     update: list[dict[str, Any]]
@@ -79,272 +80,42 @@ class Command:
     delete: bool = False
 
 
-#: Clock fences count this many grants per millisecond of server time (see ``_next_fence``).
-FENCES_PER_MS = 1000
+@dataclass(frozen=True, slots=True)
+class Home:
+    """Where a lock's state lives, and everything that follows from that.
 
-#: The smallest fence a clock-fenced grant may take at server time ``$$now``.
-_CLOCK_FENCE: Expr = {"$multiply": [{"$toLong": "$$now"}, FENCES_PER_MS]}
-
-
-def _next_fence(clock: bool) -> Expr:
-    """The fence of a grant: the document's last plus one; with ``clock``, at least now.
-
-    "Now" is the server's clock in fence units (``FENCES_PER_MS`` per millisecond). Named
-    locks need it: their document is deleted by the last release or by the TTL index, and
-    its counter with it. A clock fence still outranks every fence granted before the
-    deletion, because a document is deleted only once the clock has passed its fence
-    (``LockCore.release_by_delete``; ``_state`` keeps ``expires`` past it for the TTL
-    index). This assumes the server's clock does not step back, and fewer than
-    ``FENCES_PER_MS`` grants per millisecond on one name.
+    :ivar noun: what a key names, in messages (``"document"``, ``"name"``).
+    :ivar key_filter: checks a caller's key and returns the filter of the state's document.
+    :ivar on_demand: the state's document is created by the first acquire (an upsert) and
+        deleted when nobody holds it, so a missing document means a lost lock, never
+        :class:`~docmultilock.ResourceNotFound`; fences then come from the server's clock so
+        that they survive the deletion (``_pipeline.next_fence``).
     """
-    counter = {"$add": ["$$fence0", 1]}
-    return {"$max": [counter, _CLOCK_FENCE]} if clock else counter
+
+    noun: str
+    key_filter: Callable[[object], dict[str, Any]]
+    on_demand: bool
 
 
-def _state(holders: Expr, fence: Expr, *, clock: bool) -> Expr:
-    """The whole lock subdocument, always in the same key order so unchanged state is a no-op."""
-    idle: Expr = "$$now"
-    if clock:
-        # With no holder, the TTL index may delete the document once ``expires`` is past:
-        # keep it beyond the millisecond of the last fence, so a later clock fence outranks it.
-        fence_ms = {"$toLong": {"$trunc": [{"$divide": [fence, FENCES_PER_MS]}]}}
-        idle = {"$max": ["$$now", {"$toDate": {"$add": [fence_ms, 1]}}]}
-    return {
-        "v": literal(LAYOUT_VERSION),
-        "fence": fence,
-        "expires": {"$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, idle]},
-        "holders": holders,
-    }
+#: The state lives in the user's own document, found by the caller's filter.
+DOCUMENTS = Home("document", check_filter, on_demand=False)
+#: The state lives in a lock document of its own, ``{_id: name}``.
+NAMES = Home("name", lambda key: {"_id": check_name(key)}, on_demand=True)
 
 
-def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
-    return {
-        "id": "$$id",
-        "tag": literal(tag),
-        "pending": pending,
-        "fence": fence,
-        "acquired": "$$now",
-        "expires": {"$add": ["$$now", "$$ttl"]},
-        "ttl": "$$ttl",
-    }
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """Which errors a refusal and a loss raise, and whether the table is exclusive."""
+
+    refused: type[CooperativeLock]
+    lost: type[LockNotFound]
+    exclusive: bool
 
 
-def _is_ours(entry: str, tag: Expr) -> Expr:
-    """True for our entry: our id *and* the tag the server stored for it.
-
-    The id alone proves ownership, but a client can edit the tag of a lock it sends back;
-    an entry whose stored tag differs is not the lock the caller describes, so it is
-    neither continued nor extended under the other tag's rules or lifetime.
-    """
-    return {"$and": [{"$eq": [f"{entry}.id", "$$id"]}, {"$eq": [f"{entry}.tag", tag]}]}
-
-
-#: The lifetime of a renewal: the call's own (``$$ttl``), else the one the entry was taken
-#: with, else (an entry written before lifetimes were stored) the tag's default.
-_LIFE: Expr = {"$ifNull": ["$$ttl", {"$ifNull": ["$$h.ttl", "$$dttl"]}]}
-
-
-def _renew(tag: Expr, changes: Expr, *, granted_only: bool = False) -> Expr:
-    """Map over ``$$live``: renew our own entry's expiry and merge ``changes`` into it.
-
-    Keeps the order and keys of every entry. With ``granted_only``, a pending entry of ours
-    is left as it is.
-    """
-    ours: Expr = _is_ours("$$h", tag)
-    if granted_only:
-        ours = {"$and": [ours, {"$eq": ["$$h.pending", False]}]}
-    renewed = {
-        "$let": {
-            "vars": {"life": _LIFE},
-            "in": {
-                "$mergeObjects": [
-                    "$$h",
-                    {**changes, "expires": {"$add": ["$$now", "$$life"]}, "ttl": "$$life"},
-                ]
-            },
-        }
-    }
-    return {"$map": {"input": "$$live", "as": "h", "in": {"$cond": [ours, renewed, "$$h"]}}}
-
-
-#: Fences stay below this, so ``fence + 1`` and clock fences remain exact 64-bit integers
-#: (MongoDB turns an overflowing ``long`` sum into an inexact double).
-FENCE_LIMIT = 2**62
-
-#: A stored fence we can grow: missing or null (none granted yet), or a whole number of BSON
-#: type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities, decimals and doubles are not.
-_FENCE_OK: Expr = {
-    "$let": {
-        "vars": {"f": {"$ifNull": ["$$st.fence", 0]}},
-        "in": {
-            "$and": [
-                {"$in": [{"$type": "$$f"}, ["int", "long"]]},
-                {"$gte": ["$$f", 0]},
-                {"$lt": ["$$f", FENCE_LIMIT]},
-            ]
-        },
-    }
-}
-
-#: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
-#: object with our layout version whose holders, if any, are an array, and whose fence we
-#: can grow. Anything else is left exactly as it is. The projection evaluates the same
-#: expression, so the pipeline and the reader can never disagree about a field.
-_OURS: Expr = {
-    "$or": [
-        {"$eq": ["$$st", None]},
-        {
-            "$and": [
-                {"$eq": [{"$type": "$$st"}, "object"]},
-                {"$eq": ["$$st.v", LAYOUT_VERSION]},
-                {"$isArray": {"$ifNull": ["$$st.holders", []]}},
-                _FENCE_OK,
-            ]
-        },
-    ]
-}
-
-
-def _with_live_state(field: str, decide: Expr) -> Expr:
-    """Bind ``$$live`` (unexpired holders) and ``$$fence0``, or keep a foreign field as it is."""
-    live = {
-        "$filter": {
-            "input": {"$ifNull": ["$$st.holders", []]},
-            "as": "h",
-            "cond": {"$gt": ["$$h.expires", "$$now"]},
-        }
-    }
-    return {
-        "$let": {
-            "vars": {"st": field_or_null(field)},
-            "in": {
-                "$cond": [
-                    _OURS,
-                    {
-                        "$let": {
-                            "vars": {"live": live, "fence0": {"$ifNull": ["$$st.fence", 0]}},
-                            "in": decide,
-                        }
-                    },
-                    "$$st",
-                ]
-            },
-        }
-    }
-
-
-def _capped(rules: TagRules, tag: str) -> bool:
-    """True when ``tag`` may join other live entries, so the holder cap can refuse it.
-
-    A tag cooperative with every tag (WriteLock's ``write``) is refused by any live entry
-    before the cap could matter: its pipeline leaves the cap out.
-    """
-    return rules.cooperative[tag] != rules.tags
-
-
-def _acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int) -> Expr:
-    """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors.
-
-    Each branch yields only the new holders (``h``) and fence (``f``); the lock state is
-    assembled from them once, after the decision, which keeps the pipeline small.
-    """
-    unchanged = {"h": "$$live", "f": "$$fence0"}
-    stored_tag = literal(tag)
-    wait = {
-        "h": {
-            "$cond": [
-                "$$has_mine",
-                _renew(stored_tag, {}),
-                {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
-            ]
-        },
-        "f": "$$fence0",
-    }
-    grant = {
-        "$let": {
-            "vars": {"granted": _next_fence(clock)},
-            "in": {
-                "h": {
-                    "$cond": [
-                        "$$has_mine",
-                        _renew(
-                            stored_tag,
-                            {"pending": False, "fence": "$$granted", "acquired": "$$now"},
-                        ),
-                        {"$concatArrays": ["$$live", [_entry(tag, False, "$$granted")]]},
-                    ]
-                },
-                "f": "$$granted",
-            },
-        }
-    }
-    # A new entry beyond ``max_holders`` is refused, recording nothing: the field (and the
-    # user's document with it) must not grow until it hits MongoDB's 16 MiB limit.
-    full = {"$and": [{"$not": ["$$has_mine"]}, {"$gte": [{"$size": "$$live"}, max_holders]}]}
-    branches = [
-        # Already held (a continued lock that was granted meanwhile): unchanged.
-        {"case": "$$held", "then": unchanged},
-        # A cooperative tag is live: refuse, dropping our pending entry if we had one.
-        {
-            "case": _meets("$$otags", rules.cooperative[tag]),
-            "then": {"h": "$$others", "f": "$$fence0"},
-        },
-        # Continuing a lock that is gone (or whose stored tag is another): record nothing.
-        {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
-        # As many entries as allowed: record nothing.
-        {"case": full if _capped(rules, tag) else False, "then": unchanged},
-        # An assertive tag is live (held or pending): register, or renew, as pending.
-        {"case": _meets("$$otags", rules.assertive[tag]), "then": wait},
-    ]
-    # A tag with no cooperative or assertive partner has a constant-false case: leave the
-    # branch out, so the server evaluates (and parses) less.
-    branches = [branch for branch in branches if branch["case"] is not False]
-    ours = _is_ours("$$h", stored_tag)
-    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$not": [ours]}}}
-    mine = {"$filter": {"input": "$$live", "as": "h", "cond": ours}}
-    decide = {
-        "$let": {
-            "vars": {"others": others, "mine": mine},
-            "in": {
-                "$let": {
-                    "vars": {
-                        "otags": each("$$others", "tag"),
-                        "has_mine": is_non_empty("$$mine"),
-                        "held": {"$in": [False, each("$$mine", "pending")]},
-                    },
-                    # Nothing in the way: grant, with the next fence.
-                    "in": {"$switch": {"branches": branches, "default": grant}},
-                }
-            },
-        }
-    }
-    outcome = {"$let": {"vars": {"r": decide}, "in": _state("$$r.h", "$$r.f", clock=clock)}}
-    return _with_live_state(field, outcome)
-
-
-def _meets(tags: Expr, wanted: frozenset[str]) -> Expr:
-    if not wanted:
-        return False
-    return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
-
-
-def _release_body(field: str, *, clock: bool) -> Expr:
-    # Drops our entry whether live or expired: an expired lock nobody displaced is still
-    # ours to remove quietly (a displacing write would already have pruned it).
-    keep = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
-    return _with_live_state(field, _state(keep, "$$fence0", clock=clock))
-
-
-def _extend_body(field: str, *, clock: bool) -> Expr:
-    # Only a live, granted entry of the stored tag is renewed; an expired one was just
-    # pruned with the rest.
-    renewed = _renew("$$tag", {}, granted_only=True)
-    return _with_live_state(field, _state(renewed, "$$fence0", clock=clock))
-
-
-def _pipeline(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
-    variables = {"now": SERVER_NOW, **bindings}
-    return [{"$set": {field: {"$let": {"vars": variables, "in": body}}}}]
+#: WriteLock's (and default NamedLocks') errors: one holder at a time.
+EXCLUSIVE = Verdicts(LockAlreadyTaken, LockWasReacquired, exclusive=True)
+#: MultiLock's errors, for a table of tags.
+SHARED = Verdicts(CooperativeLock, LockNotFound, exclusive=False)
 
 
 def _to_utc(value: datetime) -> datetime:
@@ -363,13 +134,11 @@ class _Reply:
 
 
 class LockCore:
-    """The lock algorithm for one lock field and tag table; builds commands, reads replies.
+    """The lock algorithm for one lock field, tag table and home; builds commands, reads replies.
 
-    Pure: it never talks to the server. ``exclusive`` selects the WriteLock error names
-    (:class:`LockAlreadyTaken`, :class:`LockWasReacquired`) over the MultiLock ones.
-    ``named`` keeps the state in a lock document of its own instead of the user's: it is
-    created by the first acquire (an upsert), deleted by the last exclusive release or the
-    TTL index, and fenced by the server's clock so fences survive that deletion.
+    Pure: it never talks to the server. ``home`` says where the state lives (the user's
+    documents, or a lock document per name); ``verdicts`` which errors a refusal and a loss
+    raise.
     """
 
     def __init__(
@@ -377,30 +146,30 @@ class LockCore:
         field: str,
         rules: TagRules,
         *,
-        exclusive: bool,
-        named: bool = False,
+        home: Home = DOCUMENTS,
+        verdicts: Verdicts = SHARED,
         max_holders: int = DEFAULT_MAX_HOLDERS,
     ) -> None:
         self.field = field
         self.rules = rules
-        self.named = named
+        self.home = home
+        self.verdicts = verdicts
         self.max_holders = max_holders
-        self._noun = "name" if named else "document"
-        self._delete_on_release = named and exclusive
-        self._refused: type[CooperativeLock] = LockAlreadyTaken if exclusive else CooperativeLock
-        self._lost: type[LockNotFound] = LockWasReacquired if exclusive else LockNotFound
+        # Only a lone exclusive holder can take its on-demand document with it.
+        self._delete_on_release = home.on_demand and verdicts.exclusive
+        clock = home.on_demand
         # The pipeline bodies depend only on the field and the table; only the small
         # ``$let`` bindings (id, lifetime, ...) change per call.
         self._acquire = {
-            tag: _acquire_body(field, rules, tag, clock=named, max_holders=max_holders)
+            tag: acquire_body(field, rules, tag, clock=clock, max_holders=max_holders)
             for tag in rules.tags
         }
-        self._release = _release_body(field, clock=named)
-        self._extend = _extend_body(field, clock=named)
+        self._release = release_body(field, clock=clock)
+        self._extend = extend_body(field, clock=clock)
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
-        self._ours = {"$let": {"vars": {"st": field_or_null(field)}, "in": _OURS}}
+        self._ours = {"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}}
         self._acquire_tags = {"$setUnion": [each(holders, "tag")]}
 
     # -- building -------------------------------------------------------------------
@@ -449,11 +218,11 @@ class LockCore:
         }
         command = Command(
             filter=dict(target),
-            update=_pipeline(self.field, self._acquire[tag], bindings),
+            update=update_stages(self.field, self._acquire[tag], bindings),
             projection=self._projection(lock_id, with_tags=True),
             return_after=True,
             # A pending lock is continued only on its existing document.
-            upsert=self.named and continuing is None,
+            upsert=self.home.on_demand and continuing is None,
         )
         return AcquirePlan(self, command, user_filter, tag, continuing)
 
@@ -461,9 +230,10 @@ class LockCore:
         """Plan deleting an exclusive named lock's document (``None`` for other managers).
 
         The document is deleted only while ``lock`` is its one live entry and the server's
-        clock has passed its fence (see ``_next_fence``). When that does not match (the lock
-        is gone, or it is released within the millisecond of a grant), the shell falls back
-        to the ordinary :meth:`release`, which empties the document for the TTL index.
+        clock has passed its fence (``_pipeline``'s clock fences). When that does not match
+        (the lock is gone, or it is released within the millisecond of a grant), the release
+        flow falls back to the ordinary :meth:`release`, which empties the document for the
+        TTL index.
         """
         if not self._delete_on_release:
             return None
@@ -495,7 +265,7 @@ class LockCore:
         """Plan the removal of ``lock``'s entry (pruning expired ones on the way)."""
         command = Command(
             filter=dict(target),
-            update=_pipeline(self.field, self._release, {"id": literal(lock.id)}),
+            update=update_stages(self.field, self._release, {"id": literal(lock.id)}),
             projection=self._projection(lock.id, with_tags=False),
             return_after=False,  # the entry's presence *before* the write tells the outcome
         )
@@ -516,7 +286,7 @@ class LockCore:
         }
         command = Command(
             filter=dict(target),
-            update=_pipeline(self.field, self._extend, bindings),
+            update=update_stages(self.field, self._extend, bindings),
             projection=self._projection(lock.id, with_tags=False),
             return_after=True,
         )
@@ -560,7 +330,7 @@ class LockCore:
         that is a loss, never :class:`ResourceNotFound`.
         """
         if reply is None:
-            if self.named and lock is not None:
+            if self.home.on_demand and lock is not None:
                 raise self.lost(lock, user_filter, doing)
             raise ResourceNotFound(
                 f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
@@ -591,8 +361,8 @@ class LockCore:
 
     def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
         """The error for a lock that is no longer on its document."""
-        return self._lost(
-            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self._noun} "
+        return self.verdicts.lost(
+            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self.home.noun} "
             f"{lock.document_id!r}; it expired or was displaced",
             filter=user_filter,
             lock=lock,
@@ -612,11 +382,11 @@ class AcquirePlan:
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the granted lock, or raise the error that describes the outcome."""
         core = self.core
-        if reply is None and core.named and self.continuing is None:
+        if reply is None and core.home.on_demand and self.continuing is None:
             # Only after an upsert that lost a race (see ``_driver.upsert_reply``) and a
             # document deleted again before it could be read: a grant or a pending entry of
             # ours would have kept it, so the holder we met released meanwhile.
-            raise core._refused(
+            raise core.verdicts.refused(
                 f"cannot lock {self.tag!r} on name {self.user_filter.get('_id')!r}: another "
                 "holder had it (and has released it since; try again)",
                 filter=self.user_filter,
@@ -632,32 +402,32 @@ class AcquirePlan:
                 return lock
             waiting = tuple(sorted(state.tags & core.rules.assertive[self.tag]))
             raise AssertiveLock(
-                f"lock {lock.id} ({self.tag!r}) is pending on {core._noun} {state.document_id!r} "
-                f"until these tags drain: {', '.join(waiting)}; call acquire(filter, lock=...) "
-                "again to keep waiting",
+                f"lock {lock.id} ({self.tag!r}) is pending on {core.home.noun} "
+                f"{state.document_id!r} until these tags drain: {', '.join(waiting)}; call "
+                "acquire(filter, lock=...) again to keep waiting",
                 filter=self.user_filter,
                 lock=lock,
                 blocking_tags=waiting,
             )
         blocking = tuple(sorted(state.tags & core.rules.cooperative[self.tag]))
         if blocking:
-            raise core._refused(
-                f"cannot lock {self.tag!r} on {core._noun} {state.document_id!r}: held or pending "
-                f"by {', '.join(blocking)}",
+            raise core.verdicts.refused(
+                f"cannot lock {self.tag!r} on {core.home.noun} {state.document_id!r}: held or "
+                f"pending by {', '.join(blocking)}",
                 filter=self.user_filter,
                 blocking_tags=blocking,
             )
         if self.continuing is not None:
             raise core.lost(self.continuing, self.user_filter, "continue")
-        if _capped(core.rules, self.tag):
+        if capped(core.rules, self.tag):
             raise TooManyHolders(
-                f"cannot lock {self.tag!r} on {core._noun} {state.document_id!r}: it already "
+                f"cannot lock {self.tag!r} on {core.home.noun} {state.document_id!r}: it already "
                 f"has {core.max_holders} holders and pending locks, the most it takes",
                 filter=self.user_filter,
                 limit=core.max_holders,
             )
         raise DbError(  # pragma: no cover - the pipeline always records a fresh acquisition
-            f"the server answered an acquisition on {core._noun} {state.document_id!r} without "
+            f"the server answered an acquisition on {core.home.noun} {state.document_id!r} without "
             "recording it or naming a conflict",
             filter=self.user_filter,
         )

@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 from pymongo import MongoClient, ReturnDocument
 from pymongo.collection import Collection
 
+from docmultilock import MultiLock
 from docmultilock._lock import Lock
-from docmultilock._sync import MultiLock
 from docmultilock.errors import AssertiveLock, CooperativeLock, LockNotFound
 
 if TYPE_CHECKING:

@@ -1,107 +1,200 @@
-"""One background thread per process that keeps every held lock alive.
+"""The keep-alive's two flavours, threads and tasks: runners for the ``_renewals`` schedule.
 
-Each ``hold(..., keepalive=True)`` registers a *renewal*: a callable that extends its lock
-once and returns when it is next due (or ``None`` to stop). The single extender thread runs
-the renewals in due order. It is started by the first registration and ends by itself as
-soon as nothing is registered, so an idle process has no extra thread.
+This is the one place where the sync and async shells genuinely differ; the decisions are
+``_renewals``' in both.
 
-The renewals themselves bound each extension's time (see ``_hold``): one stalled server
-cannot keep the thread past the expiry of the lock it is extending.
+**Threads** (:class:`Extender`, for the sync managers).
+Each ``hold(..., keepalive=True)`` registers a :class:`Job`: how to extend its lock within a
+time limit, and how to tell the holder the lock is lost. The process has one
+:class:`Extender`. Its *coordinator* thread (named :data:`THREAD_NAME`) asks the schedule
+what to do and never waits on the server: it hands extensions to up to ``slots`` *worker*
+threads and tells holders of their losses on time, even while every worker is stuck in a
+stalled command. Threads start with the first registration and end by themselves once
+nothing is registered, so an idle process has none.
+
+**Tasks** (:class:`AsyncExtender`, for the async managers). One per event loop: a
+coordinator task does the same, starting each extension as a task of its own (at most
+``slots`` at once) on the running loop. It starts with the first registration and ends
+once nothing is registered, so an idle loop runs none.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import itertools
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["EXTENDER", "THREAD_NAME", "Extender", "Renewal"]
+from docmultilock import _clock
+from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
+
+__all__ = ["EXTENDER", "SLOTS", "THREAD_NAME", "AsyncExtender", "AsyncJob", "Extender", "Job"]
 
 log = logging.getLogger("docmultilock")
 
-#: The name of the extender thread (one per process at most).
+T = TypeVar("T")
+
+#: The name of the coordinator thread (one per process at most); workers add ``-N``.
 THREAD_NAME = "docmultilock-keepalive"
 
-#: Extend once; return the monotonic time the next extension is due, or None to stop.
-Renewal = Callable[[], "float | None"]
+#: How many extensions may be in flight at once, per process.
+SLOTS = 8
+
+#: A worker that had nothing to do for this long ends (another starts when needed).
+WORKER_IDLE = 10.0
+
+
+@dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
+class Job:
+    """One held lock's part in the keep-alive."""
+
+    #: Extend once within the given seconds; return the new expiry estimate, or ``None``
+    #: when the lock is lost (the job has told its holder).
+    extend: Callable[[float], float | None]
+    #: Tell the holder its lock is lost: its estimate passed without a renewal.
+    lose: Callable[[], None]
+    #: Renew this many seconds before the estimate.
+    lead: float
 
 
 class Extender:
-    """Runs registered renewals when due, on one daemon thread that lives while any is."""
+    """Runs the keep-alive schedule on a coordinator thread and a pool of worker threads."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: _clock.Clock = _clock.now, slots: int = SLOTS) -> None:
         self._clock = clock
+        self._slots = slots
         self._reset()
 
+    @staticmethod
+    def current() -> Extender:
+        """The process's extender."""
+        return EXTENDER
+
     def _reset(self) -> None:
-        self._cond = threading.Condition()
-        self._wanted: set[Renewal] = set()  # registered, and not removed since
-        self._due: dict[Renewal, float] = {}  # those waiting for their time
-        self._running: Renewal | None = None  # the one being run right now
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # the coordinator waits on it
+        self._handed = threading.Condition(self._lock)  # idle workers wait on it
+        self._done = threading.Condition(self._lock)  # remove() waits on it
+        self._schedule: Schedule[Job] = Schedule(self._slots)
+        self._handoff: deque[tuple[Job, float]] = deque()
+        self._coordinator: threading.Thread | None = None
+        self._workers: set[threading.Thread] = set()
+        self._idle = 0  # workers waiting for a handoff
+        self._telling: Job | None = None  # the job whose holder hears of its loss right now
+        self._names = itertools.count(1)
 
-    def add(self, renewal: Renewal, due: float) -> None:
-        """Run ``renewal`` at monotonic time ``due``, and then whenever it says."""
-        with self._cond:
-            self._wanted.add(renewal)
-            self._due[renewal] = due
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+    def add(self, job: Job, estimate: float) -> None:
+        """Keep ``job``'s lock alive; it surely lives until ``estimate`` (on the clock)."""
+        with self._lock:
+            self._schedule.add(job, estimate, job.lead)
+            if self._coordinator is None:
+                self._coordinator = self._spawn(self._coordinate, THREAD_NAME)
+            self._changed.notify()
 
-    def remove(self, renewal: Renewal) -> None:
-        """Stop running ``renewal``; if it is running now, wait until it has returned.
+    def remove(self, job: Job) -> None:
+        """Stop keeping ``job`` alive; if it is being extended or told of its loss, wait.
 
-        After this returns, ``renewal`` is not running and will not run again, so a
-        holder can release its lock without an extension racing the release.
+        After this returns, neither ``extend`` nor ``lose`` of the job is running or will
+        run again, so a holder can release its lock without an extension racing the
+        release, and without ``on_lost`` being called after ``hold()`` returned.
         """
-        with self._cond:
-            self._wanted.discard(renewal)
-            self._due.pop(renewal, None)
-            self._cond.notify_all()  # the thread may have nothing left to wait for
-            if threading.current_thread() is not self._thread:
-                self._cond.wait_for(lambda: self._running is not renewal)
+        with self._lock:
+            self._schedule.remove(job)
+            self._changed.notify()  # the coordinator may have nothing left to wait for
+            current = threading.current_thread()
+            if current is not self._coordinator and current not in self._workers:
+                self._done.wait_for(
+                    lambda: not self._schedule.running(job) and self._telling is not job
+                )
 
-    def _next(self) -> Renewal | None:
-        """Wait for the earliest due renewal and mark it running; None once none is left."""
-        with self._cond:
-            while True:
-                if not self._due:
-                    self._thread = None
-                    return None
-                # A linear scan: a process holds few locks at once.
-                renewal = min(self._due, key=self._due.__getitem__)
-                delay = self._due[renewal] - self._clock()
-                if delay <= 0:
-                    del self._due[renewal]
-                    self._running = renewal
-                    return renewal
-                self._cond.wait(delay)
+    def reset_stats(self) -> Stats:
+        """The schedule's statistics so far (lateness, losses); counting starts afresh."""
+        with self._lock:
+            return self._schedule.reset_stats()
 
-    def _serve(self) -> None:
+    # -- the threads: each holds ``_lock`` except while it calls a job -----------------
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _unlocked(self, action: Callable[[], T]) -> T:
+        """Run ``action`` without holding the lock: it may take long, or call back in."""
+        self._lock.release()
         try:
-            while (renewal := self._next()) is not None:
-                due: float | None = None
-                try:
-                    due = renewal()
-                except Exception:  # a renewal handles its own errors; this is a bug
-                    log.exception("keep-alive renewal %r failed; it is dropped", renewal)
-                with self._cond:
-                    self._running = None
-                    if due is not None and renewal in self._wanted:
-                        self._due[renewal] = due
-                    else:
-                        self._wanted.discard(renewal)
-                    self._cond.notify_all()
+            return action()
         finally:
-            with self._cond:
-                if self._thread is threading.current_thread():
-                    self._thread = None  # ended abnormally: let the next add() start another
-                self._running = None
-                self._cond.notify_all()
+            self._lock.acquire()
+
+    def _coordinate(self) -> None:
+        with self._lock:
+            try:
+                while True:
+                    decision = self._schedule.next(self._clock())
+                    if isinstance(decision, Start):
+                        self._handoff.append((decision.job, decision.limit))
+                        if self._idle < len(self._handoff) and len(self._workers) < self._slots:
+                            name = f"{THREAD_NAME}-{next(self._names)}"
+                            self._workers.add(self._spawn(self._work, name))
+                        self._handed.notify()
+                    elif isinstance(decision, Lose):
+                        self._telling = decision.job
+                        self._unlocked(functools.partial(_safely, decision.job.lose))
+                        self._telling = None
+                        self._done.notify_all()
+                    elif isinstance(decision, Wait):
+                        left = None if decision.until is None else decision.until - self._clock()
+                        self._changed.wait(None if left is None else max(left, 0.0))
+                    else:
+                        # Decided under the lock: an add() from now on starts a new one.
+                        self._coordinator = None
+                        self._handed.notify_all()  # idle workers end now
+                        return
+            except Exception:  # the schedule and the jobs handle their errors: a bug
+                log.exception("the keep-alive coordinator failed")
+                if self._coordinator is threading.current_thread():
+                    self._coordinator = None  # the next add() starts another
+
+    def _work(self) -> None:
+        with self._lock:
+            try:
+                while self._handoff or self._await_handoff():
+                    job, limit = self._handoff.popleft()
+                    estimate = None
+                    if self._schedule.kept(job):  # not removed while it waited for a worker
+                        estimate = self._unlocked(functools.partial(_safely, job.extend, limit))
+                    self._schedule.finished(job, estimate, self._clock())
+                    self._done.notify_all()
+                    self._changed.notify()
+            finally:
+                self._workers.discard(threading.current_thread())
+
+    def _await_handoff(self) -> bool:
+        """Wait for an extension to run; False when none came (idle for long, or nothing kept)."""
+        self._idle += 1
+        try:
+            self._handed.wait_for(lambda: self._handoff or self._schedule.idle, WORKER_IDLE)
+        finally:
+            self._idle -= 1
+        return bool(self._handoff)
+
+
+def _safely(action: Callable[..., T], *args: object) -> T | None:
+    """Call a job's ``extend`` or ``lose``; an exception is logged, and the job dropped."""
+    try:
+        return action(*args)
+    except Exception:  # a job handles its own errors: a bug
+        log.exception("keep-alive job %r failed; it is dropped", action)
+        return None
 
 
 #: The process's extender.
@@ -110,3 +203,110 @@ EXTENDER = Extender()
 # A forked child has none of the parent's threads and must not extend the parent's locks.
 if hasattr(os, "register_at_fork"):  # pragma: no branch - absent on Windows only
     os.register_at_fork(after_in_child=EXTENDER._reset)
+
+
+@dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
+class AsyncJob:
+    """One held lock's part in an event loop's keep-alive (see :class:`Job`)."""
+
+    #: Extend once within the given seconds; the new estimate, or ``None`` when lost.
+    extend: Callable[[float], Awaitable[float | None]]
+    #: Tell the holder its lock is lost: its estimate passed without a renewal.
+    lose: Callable[[], None]
+    #: Renew this many seconds before the estimate.
+    lead: float
+
+
+#: The task extender of each event loop that has one (a loop's ends with the loop).
+_LOOP_EXTENDERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncExtender] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class AsyncExtender:
+    """Runs the keep-alive schedule on one event loop: a coordinator task, extension tasks.
+
+    Everything runs on the loop's thread, so no lock is needed: the coordinator sleeps on
+    an :class:`asyncio.Event` set by every change (a registration, a removal, an extension
+    that finished).
+    """
+
+    def __init__(self, clock: _clock.Clock = _clock.now, slots: int = SLOTS) -> None:
+        self._clock = clock
+        self._schedule: Schedule[AsyncJob] = Schedule(slots)
+        self._changed = asyncio.Event()
+        self._coordinator: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # extensions in flight
+        self._telling: AsyncJob | None = None
+
+    @staticmethod
+    def current() -> AsyncExtender:
+        """The running loop's extender (made on first use)."""
+        loop = asyncio.get_running_loop()
+        extender = _LOOP_EXTENDERS.get(loop)
+        if extender is None:
+            extender = _LOOP_EXTENDERS[loop] = AsyncExtender()
+        return extender
+
+    def add(self, job: AsyncJob, estimate: float) -> None:
+        """Keep ``job``'s lock alive; it surely lives until ``estimate`` (on the clock)."""
+        self._schedule.add(job, estimate, job.lead)
+        if self._coordinator is None or self._coordinator.done():
+            self._coordinator = asyncio.get_running_loop().create_task(
+                self._coordinate(), name=THREAD_NAME
+            )
+        self._changed.set()
+
+    async def remove(self, job: AsyncJob) -> None:
+        """Stop keeping ``job`` alive; if it is being extended, wait for that to end.
+
+        After this returns, neither ``extend`` nor ``lose`` of the job runs again.
+        """
+        self._schedule.remove(job)
+        self._changed.set()
+        while self._schedule.running(job) or self._telling is job:
+            self._changed.clear()
+            await self._changed.wait()
+
+    def reset_stats(self) -> Stats:
+        """The schedule's statistics so far (lateness, losses); counting starts afresh."""
+        return self._schedule.reset_stats()
+
+    async def _coordinate(self) -> None:
+        try:
+            while True:
+                decision = self._schedule.next(self._clock())
+                if isinstance(decision, Start):
+                    task = asyncio.get_running_loop().create_task(
+                        self._extend(decision.job, decision.limit)
+                    )
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                elif isinstance(decision, Lose):
+                    self._telling = decision.job
+                    _safely(decision.job.lose)
+                    self._telling = None
+                    self._changed.set()
+                elif isinstance(decision, Wait):
+                    self._changed.clear()
+                    left = None if decision.until is None else decision.until - self._clock()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(
+                            self._changed.wait(), None if left is None else max(left, 0.0)
+                        )
+                else:
+                    return
+        except Exception:  # the schedule and the jobs handle their errors: a bug
+            log.exception("the keep-alive coordinator failed")
+        finally:
+            self._coordinator = None
+
+    async def _extend(self, job: AsyncJob, limit: float) -> None:
+        estimate = None
+        if self._schedule.kept(job):  # not removed since it was started
+            try:
+                estimate = await job.extend(limit)
+            except Exception:  # a job handles its own errors: a bug
+                log.exception("keep-alive job %r failed; it is dropped", job)
+        self._schedule.finished(job, estimate, self._clock())
+        self._changed.set()

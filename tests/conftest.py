@@ -6,6 +6,7 @@ The server, client and per-test collection come from docmultilock's own pytest p
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -15,7 +16,44 @@ from pymongo.collection import Collection
 
 from docmultilock import MultiLock, WriteLock
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
+from tests.flavours import Portal, Twins, flavoured
 from tests.helpers import USER_FIELDS, CommandLog, Doc
+
+#: Builds a lock manager of the test's flavour: ``make_lock(WriteLock, collection, **options)``.
+MakeLock = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def portal() -> Iterator[Portal]:
+    """The event loop the async flavour's managers run on, for the whole session."""
+    running = Portal()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavour(request: pytest.FixtureRequest) -> str:
+    """Each test that asks runs with the sync managers, then with their async twins."""
+    flavour: str = request.param
+    return flavour
+
+
+@pytest.fixture
+def twins(portal: Portal) -> Iterator[Twins]:
+    """The test's async clients, closed when it ends."""
+    made = Twins(portal)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def make_lock(flavour: str, twins: Twins) -> MakeLock:
+    """``make_lock(cls, collection, **options)``: ``cls`` in the test's flavour."""
+    return functools.partial(flavoured, flavour, twins)
 
 
 @pytest.fixture

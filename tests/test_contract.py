@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import bson
 import pytest
@@ -24,6 +24,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
+from tests.conftest import MakeLock
 from tests.helpers import USER_FIELDS, CommandLog, stored_lock, user_fields
 
 Doc = dict[str, Any]
@@ -32,16 +33,16 @@ Factory = Callable[..., Manager]
 
 
 @pytest.fixture(params=["WriteLock", "MultiLock"])
-def make(request: pytest.FixtureRequest) -> Factory:
-    """Build either lock class over a collection, with the same keyword options."""
+def make(request: pytest.FixtureRequest, make_lock: MakeLock) -> Factory:
+    """Build either lock class, in either flavour, over a collection, with the same options."""
     cls = WriteLock if request.param == "WriteLock" else MultiLock
-    return lambda collection, **options: cls(collection, **options)
+    return lambda collection, **options: make_lock(cls, collection, **options)
 
 
 def take(locks: Manager, filter: Doc, **kwargs: Any) -> Lock:  # noqa: A002
-    """Acquire the exclusive lock, whichever the class."""
-    if isinstance(locks, MultiLock):
-        return locks.acquire(filter, tag="write", **kwargs)
+    """Acquire the exclusive lock, whichever the class (and flavour)."""
+    if len(locks.options.rules.tags) > 1:
+        return cast(MultiLock, locks).acquire(filter, tag="write", **kwargs)
     return locks.acquire(filter, **kwargs)
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from docmultilock._core import LockCore
+from docmultilock._core import EXCLUSIVE, NAMES, LockCore
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock.errors import IncompatibleLockField, LockWasReacquired, ResourceNotFound
 
-CORE = LockCore("lock", build_rules(READ_WRITE, {}, 10_000), exclusive=False)
+CORE = LockCore("lock", build_rules(READ_WRITE, {}, 10_000))
 LOCK = Lock(
     id="a" * 32,
     tag="write",
@@ -65,7 +65,7 @@ def test_release_reads_the_state_before_its_write() -> None:
 
 
 def test_tag_names_are_literals_never_field_paths() -> None:
-    core = LockCore("lock", build_rules({"$where": {}}, {}, 1000), exclusive=False)
+    core = LockCore("lock", build_rules({"$where": {}}, {}, 1000))
     plan = core.acquire(
         {"_id": 1}, user_filter={"_id": 1}, tag="$where", lock_id="c", lifetime_ms=5
     )
@@ -106,8 +106,8 @@ def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
 NAMED = LockCore(
     "lock",
     build_rules({"write": {"cooperative": ["write"]}}, {}, 10_000),
-    exclusive=True,
-    named=True,
+    home=NAMES,
+    verdicts=EXCLUSIVE,
 )
 
 

@@ -30,7 +30,7 @@ from docmultilock import (
     ResourceNotFound,
     TooManyHolders,
 )
-from docmultilock._driver import translate
+from docmultilock._failures import translate
 
 LOCK = Lock(
     id="0" * 32,

@@ -19,6 +19,7 @@ from docmultilock import (
     AssertiveLock,
     DbError,
     DbTimeout,
+    HeldLock,
     InvalidArgument,
     Lock,
     LockConflict,
@@ -30,8 +31,9 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from docmultilock._hold import Backoff, HeldLock, Pacing
-from docmultilock._keepalive import THREAD_NAME
+from docmultilock._flows import Clock
+from docmultilock._holding import Backoff
+from docmultilock._keepalive import SLOTS, THREAD_NAME
 from docmultilock.testing import EmbeddedServer
 from tests.helpers import USER_FIELDS, CommandLog, stored_lock, wait_until
 
@@ -132,7 +134,10 @@ class FakePacing:
     draw: Callable[[float, float], float] = lambda low, high: high
 
     def install(self, locks: Manager) -> None:
-        locks._pacing = Pacing(lambda: self.now, self.sleep, self.uniform)
+        locks._clock = Clock(lambda: self.now, self.sleep, self.asleep, self.uniform)
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
@@ -145,7 +150,13 @@ class FakePacing:
 
 
 def extender_threads() -> int:
+    """Keep-alive coordinators: one per process at most."""
     return sum(thread.name == THREAD_NAME for thread in threading.enumerate())
+
+
+def keepalive_threads() -> int:
+    """Every keep-alive thread: the coordinator and its workers."""
+    return sum(thread.name.startswith(THREAD_NAME) for thread in threading.enumerate())
 
 
 # -- the plain case ---------------------------------------------------------------------
@@ -421,7 +432,7 @@ def test_an_exception_from_on_lost_is_logged_not_raised(
 
 @pytest.mark.slow
 def test_threads_holding_different_locks_share_one_extender_thread(subject: Subject) -> None:
-    wait_until(lambda: extender_threads() == 0)
+    wait_until(lambda: keepalive_threads() == 0)
     keys = [subject.new_key(i) for i in range(2, 7)]
     all_held = threading.Barrier(len(keys) + 1)
     checked = threading.Barrier(len(keys) + 1)
@@ -445,11 +456,12 @@ def test_threads_holding_different_locks_share_one_extender_thread(subject: Subj
     all_held.wait(10)
     assert extender_threads() == 1
     time.sleep(1.5)  # more than twice the locks' lifetime
+    assert keepalive_threads() <= 1 + SLOTS  # the coordinator and a bounded pool
     checked.wait(10)
     for thread in threads:
         thread.join(10)
     assert results == [True] * len(keys)
-    wait_until(lambda: extender_threads() == 0)
+    wait_until(lambda: keepalive_threads() == 0)
 
 
 def test_the_extender_thread_stops_when_nothing_is_held_and_starts_again(
@@ -458,7 +470,7 @@ def test_the_extender_thread_stops_when_nothing_is_held_and_starts_again(
     for _ in range(2):
         with subject.hold(keepalive=True):
             assert extender_threads() == 1
-        wait_until(lambda: extender_threads() == 0)
+        wait_until(lambda: keepalive_threads() == 0)
 
 
 # -- loss and release ------------------------------------------------------------------------
@@ -478,6 +490,65 @@ def test_an_expired_lock_is_reported_after_the_block_even_if_nobody_took_it(
         time.sleep(0.4)
     assert held.lost.is_set()
     assert subject.holders() == []
+
+
+class SuspendableClocks:
+    """The process's clocks around a simulated suspend of the machine (Linux semantics).
+
+    While "suspended" both clocks stand still, so no thread of this process sees time pass,
+    as when the machine sleeps; the server's clock runs on. On resume ``CLOCK_BOOTTIME`` has
+    counted the span and ``time.monotonic`` has not.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monotonic = time.monotonic
+        self._clock_gettime = time.clock_gettime
+        self._guard = threading.Lock()
+        self._hidden = 0.0  # suspended seconds that monotonic does not count
+        self._frozen: tuple[float, float] | None = None  # (monotonic, boottime) at suspend
+        monkeypatch.setattr(time, "monotonic", self.monotonic)
+        monkeypatch.setattr(time, "clock_gettime", self.clock_gettime)
+
+    def monotonic(self) -> float:
+        with self._guard:
+            base = self._monotonic() if self._frozen is None else self._frozen[0]
+            return base - self._hidden
+
+    def clock_gettime(self, clock: int) -> float:
+        with self._guard:
+            if clock == time.CLOCK_BOOTTIME and self._frozen is not None:
+                return self._frozen[1]
+        return self._clock_gettime(clock)
+
+    def suspend(self, seconds: float) -> None:
+        with self._guard:
+            self._frozen = (self._monotonic(), self._clock_gettime(time.CLOCK_BOOTTIME))
+        time.sleep(seconds)
+        with self._guard:
+            self._hidden += self._monotonic() - self._frozen[0]
+            self._frozen = None
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="a Linux clock")
+@pytest.mark.parametrize("keepalive", [False, True], ids=["plain", "keepalive"])
+def test_a_lock_that_expired_while_the_machine_slept_is_reported_lost(
+    subject: Subject, keepalive: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clocks = SuspendableClocks(monkeypatch)
+    calls: list[LockError] = []
+    with contextlib.ExitStack() as block:
+        held = block.enter_context(
+            subject.hold(
+                keepalive=keepalive, lock_timeout=1.0, on_lost=lambda lock, err: calls.append(err)
+            )
+        )
+        clocks.suspend(2.5)  # past the lock's expiry by the server's clock
+        late = subject.collection.update_one(held.guard(), {"$set": {"total": 2}})
+        assert late.matched_count == 0
+        with pytest.raises(LockError) as exc:
+            block.close()
+    assert held.lost.is_set()
+    assert calls == [exc.value]
 
 
 def test_guard_makes_a_write_after_the_loss_match_nothing(subject: Subject) -> None:

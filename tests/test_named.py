@@ -13,7 +13,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
-import docmultilock._named
+import docmultilock._indexes
 from docmultilock import (
     AssertiveLock,
     CooperativeLock,
@@ -26,7 +26,7 @@ from docmultilock import (
     NamedLocks,
     WriteLock,
 )
-from docmultilock._named import TTL_INDEX
+from docmultilock._indexes import TTL_INDEX
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests._workers import race_for_names
 from tests.helpers import CommandLog, server_now, wait_until
@@ -412,7 +412,7 @@ def test_a_refused_ttl_index_is_tried_again_after_the_retry_delay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fresh, log = logged
-    monkeypatch.setattr(docmultilock._named, "INDEX_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(docmultilock._indexes, "INDEX_RETRY_SECONDS", 0.0)
     fail_point(times=1, commands=("createIndexes",), errorCode=13)
     named = NamedLocks(fresh[collection.database.name], collection.name)
     cycles(named, 3)

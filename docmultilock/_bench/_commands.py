@@ -16,12 +16,11 @@ from typing import Any
 import bson
 from pymongo import monitoring
 
+from docmultilock import MultiLock, NamedLocks, WriteLock
 from docmultilock._bench._bed import Bed, bed, connect
 from docmultilock._bench._floor import FloorLock
 from docmultilock._bench._report import Bound, Row
-from docmultilock._named import NamedLocks
 from docmultilock._rules import READ_WRITE
-from docmultilock._sync import MultiLock, WriteLock
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from docmultilock import MultiLock, WriteLock
 from docmultilock._bench._bed import Bed, Context, Outcome, bed, connect, payload
 from docmultilock._bench._commands import CommandCounter
 from docmultilock._bench._floor import FloorLock
 from docmultilock._bench._measure import SIDES, Sample, Side, alternate, percentile
 from docmultilock._bench._report import Bound, Row
-from docmultilock._sync import MultiLock, WriteLock
 
 __all__ = ["PERCENTILES", "latency_rows", "readers", "size", "uncontended"]
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from docmultilock import WriteLock
 from docmultilock._bench._bed import DATABASE, connect
 from docmultilock._bench._floor import FloorLock
-from docmultilock._sync import WriteLock
 from docmultilock.errors import LockAlreadyTaken
 
 if TYPE_CHECKING:

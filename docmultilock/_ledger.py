@@ -1,44 +1,25 @@
-"""What makes a retried operation safe: how often to retry, and what a lost reply leaves.
+"""What a lock manager saw the server grant, so that a release after a lost reply is judged.
 
 Every command is idempotent by lock id: an acquire retried after its reply was lost finds
 its own entry and answers as granted (or pending) again; an extend renews again. A release
-retried after a lost reply finds its entry gone; :class:`Ledger` and :class:`Sent` let the
-shell tell that apart from a lock lost to expiry (see ``_LockManager._release``).
+retried after a lost reply finds its entry gone; the :class:`Ledger` lets the release flow
+(``_operations``) tell that apart from a lock lost to expiry.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from docmultilock._lock import Lock
-from docmultilock.errors import DbError
 
-__all__ = ["ATTEMPTS", "Ledger", "Sent", "retry_pause"]
-
-#: Transient failures are retried this many times at most, pausing 50 ms, 100 ms, ... 1 s.
-ATTEMPTS = 6
-_RETRY_PAUSE = 0.05
-_RETRY_PAUSE_MAX = 1.0
+__all__ = ["Ledger"]
 
 #: The ledger drops records past their lock's life once per this many new records.
 _SWEEP_EVERY = 256
-
-
-def retry_pause(attempt: int) -> float:
-    """Seconds to wait after failed attempt number ``attempt`` (from 0)."""
-    return float(min(_RETRY_PAUSE * 2**attempt, _RETRY_PAUSE_MAX))
-
-
-@dataclass
-class Sent:
-    """What one operation learned while sending: whether a reply may have been lost."""
-
-    unsure: bool = False
 
 
 @dataclass
@@ -94,17 +75,12 @@ class Ledger:
             record = self._records.get(lock_id)
             return record is not None and record.unsure
 
-    @contextlib.contextmanager
-    def on_db_error(self, lock_id: str) -> Iterator[None]:
-        """Mark ``lock_id``'s release unsure when a :class:`DbError` leaves the block."""
-        try:
-            yield
-        except DbError:
-            with self._guard:
-                record = self._records.get(lock_id)
-                if record is not None:
-                    record.unsure = True
-            raise
+    def release_unsure(self, lock_id: str) -> None:
+        """Note that a release of ``lock_id`` failed without an answer (it may be applied)."""
+        with self._guard:
+            record = self._records.get(lock_id)
+            if record is not None:
+                record.unsure = True
 
     def forget(self, lock_id: str) -> None:
         """Drop ``lock_id``: released, or known lost."""

@@ -1,0 +1,125 @@
+"""The async driver: runs a core flow, performing its effects on an async collection.
+
+This is the only place the async flavour talks to the server. The flows decide; this module
+only sends what they yield and hands back results or the exceptions pymongo raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import pymongo
+from pymongo import ReturnDocument
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import CollectionInvalid
+from pymongo.write_concern import WriteConcern
+
+from docmultilock._core import Command
+from docmultilock._flows import (
+    Clock,
+    Effect,
+    Flow,
+    MakeTtlIndex,
+    Reread,
+    Send,
+    ServerTime,
+    Sleep,
+)
+
+__all__ = ["AsyncMongoIO", "run"]
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Bound every operation inside by pymongo's client-side operation timeout."""
+    if seconds is None:
+        yield
+        return
+    with pymongo.timeout(seconds):
+        yield
+
+
+class AsyncMongoIO:
+    """Performs flow effects on one collection (a view per write concern, made once)."""
+
+    def __init__(self, collection: AsyncCollection[Any]) -> None:
+        self.collection = collection
+        self._views: dict[int | str, AsyncCollection[Any]] = {}
+
+    def _view(self, w: int | str) -> AsyncCollection[Any]:
+        view = self._views.get(w)
+        if view is None:
+            view = self.collection.with_options(write_concern=WriteConcern(w=w))
+            self._views[w] = view
+        return view
+
+    async def perform(self, effect: Effect, clock: Clock) -> Any:
+        """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
+        if isinstance(effect, Send):
+            with _deadline(effect.timeout):
+                return await _execute(self._view(effect.w), effect.command)
+        if isinstance(effect, Sleep):
+            await clock.asleep(effect.seconds)
+            return None
+        if isinstance(effect, Reread):
+            with _deadline(effect.timeout):
+                return await self.collection.find_one(effect.filter, projection=effect.projection)
+        if isinstance(effect, ServerTime):
+            with _deadline(effect.timeout):
+                hello = await self.collection.database.client.admin.command("hello")
+            now: datetime = hello["localTime"]
+            return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now
+        if isinstance(effect, MakeTtlIndex):
+            with _deadline(effect.timeout):
+                # Create the collection first, so the index never creates it implicitly:
+                # on the embedded test server, an index build that creates a collection at
+                # the same moment as an upsert does can stall it (docs/server.md).
+                with contextlib.suppress(CollectionInvalid):  # it exists already
+                    await self.collection.database.create_collection(self.collection.name)
+                await self.collection.create_index(
+                    [(f"{effect.field}.expires", 1)], expireAfterSeconds=0, name=effect.name
+                )
+            return None
+        raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover
+
+
+async def _execute(collection: AsyncCollection[Any], command: Command) -> Mapping[str, Any] | None:
+    if command.delete:
+        deleted: Mapping[str, Any] | None = await collection.find_one_and_delete(
+            command.filter, projection=command.projection
+        )
+        return deleted
+    reply: Mapping[str, Any] | None = await collection.find_one_and_update(
+        command.filter,
+        command.update,
+        projection=command.projection,
+        return_document=ReturnDocument.AFTER if command.return_after else ReturnDocument.BEFORE,
+        upsert=command.upsert,
+    )
+    return reply
+
+
+async def run(flow: Flow[T], io: AsyncMongoIO, clock: Clock) -> T:
+    """Run ``flow`` to its end: perform each effect, send back its result or throw its error.
+
+    Every exception of an effect is thrown into the flow, a cancellation included, so a
+    flow can clean up (release a pending entry) before it re-raises.
+    """
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = flow.send(result) if error is None else flow.throw(error)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+        result, error = None, None
+        try:
+            result = await io.perform(effect, clock)
+        except BaseException as exc:
+            error = exc

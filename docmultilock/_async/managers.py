@@ -1,0 +1,289 @@
+"""The async lock managers on documents: thin shells that run the core's flows.
+
+Every decision lives in ``_operations`` (and the flows beneath it); a method here checks
+nothing itself, runs its flow with the async driver, and maps errors through
+``error_factory``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from pymongo.asynchronous.collection import AsyncCollection
+
+from docmultilock._args import check_flavour
+from docmultilock._async.driver import AsyncMongoIO, run
+from docmultilock._async.hold import AsyncHold
+from docmultilock._core import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
+from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
+from docmultilock._holding import OnLost, plan_hold
+from docmultilock._lock import Lock
+from docmultilock._operations import LockOperations, describe
+from docmultilock._rules import READ_WRITE, WRITE_ONLY
+from docmultilock.errors import LockError
+from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
+
+__all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
+
+T = TypeVar("T")
+
+
+class AsyncLockManager:
+    """What every async lock manager shares: running a flow, and ``hold()``."""
+
+    #: Where flows read time and draw jitter, and where the driver sleeps (tests replace it).
+    _clock: Clock = SYSTEM_CLOCK
+
+    def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:
+        self.collection = collection
+        self.options: LockOptions = ops.options
+        self._ops = ops
+        self._io = AsyncMongoIO(collection)
+
+    def __repr__(self) -> str:
+        return describe(self.options, self.collection.full_name, type(self).__name__)
+
+    async def _run(self, flow: Flow[T]) -> T:
+        """Run ``flow``; a LockError leaves as ``error_factory`` makes it."""
+        try:
+            return await run(flow, self._io, self._clock)
+        except LockError as err:
+            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+    def hold(
+        self,
+        key: Any,
+        *,
+        tag: str | None = None,
+        wait: Duration | None = None,
+        backoff: tuple[float, float] = (0.01, 0.8),
+        keepalive: bool = False,
+        extend_every: Duration | None = None,
+        on_lost: OnLost | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> AsyncHold:
+        """Hold a lock on ``key`` for the span of an ``async with`` block; release it after.
+
+        ::
+
+            async with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
+                held.require(await orders.update_one(held.guard(), {"$set": {"paid": True}}))
+
+        :param tag: the lock's tag; may be left out when the manager declares only one.
+        :param wait: seconds to go on trying while refused, with exponential backoff and
+            full jitter between ``backoff=(min, max)`` seconds; ``None`` tries once. A
+            pending assertive lock is continued meanwhile, and released if the wait fails.
+        :param keepalive: extend the lock every ``extend_every`` seconds (a third of its
+            lifetime by default) from the process's keep-alive.
+        :param on_lost: called as ``on_lost(lock, error)`` once, when the lock is found lost;
+            from the keep-alive, so keep it short. Its exceptions are logged.
+        :raises LockTimeout: ``wait`` ran out; nothing is left on the document.
+        :raises LockConflict: refused, without ``wait`` (as ``acquire`` raises).
+        :raises LockNotFound: after a block that ended normally, when the lock was lost
+            meanwhile (or the error that made the keep-alive fail): the block was not
+            protected throughout. An exception from the block itself is never replaced.
+        :raises InvalidArgument: before anything is written.
+        """
+        spec = plan_hold(
+            self._ops,
+            key,
+            tag=tag,
+            wait=wait,
+            backoff=backoff,
+            keepalive=keepalive,
+            extend_every=extend_every,
+            on_lost=on_lost,
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+        )
+        return AsyncHold(self._ops, self._io, self._clock, spec)
+
+
+class _AsyncDocumentLocks(AsyncLockManager):
+    """The release, extend and guard of the managers that lock the user's own documents."""
+
+    def __init__(
+        self, collection: AsyncCollection[Any], options: LockOptions, verdicts: Verdicts
+    ) -> None:
+        check_flavour(collection, AsyncCollection, "collection", type(self).__name__)
+        ops = LockOperations(
+            options,
+            home=DOCUMENTS,
+            verdicts=verdicts,
+            where=(collection.database.client, collection.full_name),
+        )
+        super().__init__(collection, ops)
+
+    async def release(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        lock: Lock,
+        *,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> None:
+        """Release ``lock`` on the document it was taken on.
+
+        An expired lock that nobody displaced is removed quietly.
+
+        :raises LockNotFound: the lock is gone (:class:`~docmultilock.LockWasReacquired`
+            for a write lock).
+        :raises ResourceNotFound: the document no longer matches ``filter``.
+        """
+        await self._run(self._ops.release(filter, lock, timeout, w, self._clock))
+
+    async def extend(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        lock: Lock,
+        *,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Push ``lock``'s expiry to the server's now plus its lifetime; return the new Lock.
+
+        The lifetime is the one the lock was taken with, unless ``lock_timeout`` gives
+        another (which later extensions then keep).
+
+        :raises LockNotFound: the lock expired or was displaced
+            (:class:`~docmultilock.LockWasReacquired` for a write lock); an expired lock
+            cannot be revived.
+        """
+        return await self._run(
+            self._ops.extend(filter, lock, lock_timeout, timeout, w, self._clock)
+        )
+
+    def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
+        """Return a filter that matches the document only while ``lock`` is still held.
+
+        Use it for the writes the lock protects, so that a write cannot land after the lock
+        expired or was taken over::
+
+            await orders.update_one(locks.guard({"_id": 1}, lock), {"$set": {"total": 10}})
+        """
+        return self._ops.guard(filter, lock)
+
+
+class AsyncMultiLock(_AsyncDocumentLocks):
+    """Locks with tags (``read``, ``write``, ...) embedded in the locked document itself.
+
+    Tags relate through ``lock_relationships``: *cooperative* tags refuse each other,
+    *assertive* tags register and wait for the other to drain. The default table is the
+    readers-writer one (readers share; a writer excludes writers and waits for readers)::
+
+        locks = AsyncMultiLock(db.orders, lock_timeouts={"read": 2.0, "write": 20.0})
+        lock = await locks.acquire({"_id": 1}, tag="read")
+        await locks.release({"_id": 1}, lock)
+
+    A document takes at most ``max_holders`` live entries (held and pending) at once; one
+    more is refused with :class:`~docmultilock.TooManyHolders`.
+
+    :raises InvalidConfiguration: naming every problem with the options.
+    """
+
+    def __init__(
+        self,
+        collection: AsyncCollection[Any],
+        *,
+        lock_timeouts: Mapping[str, Duration] | None = None,
+        lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        lock_timeout: Duration = 10.0,
+        timeout: Duration | None = 10.0,
+        w: int | str = "majority",
+        field: str = "lock",
+        error_factory: ErrorFactory | None = None,
+        max_holders: int = DEFAULT_MAX_HOLDERS,
+    ) -> None:
+        options = load_options(
+            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
+            lock_relationships=(
+                lock_relationships if lock_relationships is not None else READ_WRITE
+            ),
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+            field=field,
+            error_factory=error_factory,
+            max_holders=max_holders,
+        )
+        super().__init__(collection, options, SHARED)
+
+    async def acquire(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        *,
+        tag: str | None = None,
+        lock: Lock | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Acquire a ``tag`` lock on the document matching ``filter``, in one atomic command.
+
+        Give ``lock=`` instead of ``tag=`` to go on waiting with a pending assertive lock;
+        ``tag`` may be left out when the table declares one tag.
+
+        :raises CooperativeLock: a tag this one is cooperative with is held (nothing recorded).
+        :raises TooManyHolders: the document already has ``max_holders`` entries.
+        :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
+        :raises LockNotFound: the pending ``lock`` given is gone.
+        :raises ResourceNotFound: no document matches ``filter``.
+        """
+        return await self._run(
+            self._ops.acquire(filter, tag, lock, lock_timeout, timeout, w, self._clock)
+        )
+
+
+class AsyncWriteLock(_AsyncDocumentLocks):
+    """An exclusive lock embedded in the locked document: a MultiLock with one tag, ``write``.
+
+    ::
+
+        locks = AsyncWriteLock(db.orders, lock_timeout=10.0)
+        lock = await locks.acquire({"_id": 1})      # LockAlreadyTaken (HTTP 409) when held
+        await locks.release({"_id": 1}, lock)
+
+    :raises InvalidConfiguration: naming every problem with the options.
+    """
+
+    def __init__(
+        self,
+        collection: AsyncCollection[Any],
+        *,
+        lock_timeout: Duration = 10.0,
+        timeout: Duration | None = 10.0,
+        w: int | str = "majority",
+        field: str = "lock",
+        error_factory: ErrorFactory | None = None,
+    ) -> None:
+        options = load_options(
+            lock_relationships=WRITE_ONLY,
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+            field=field,
+            error_factory=error_factory,
+        )
+        super().__init__(collection, options, EXCLUSIVE)
+
+    async def acquire(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        *,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Acquire the exclusive lock on the document matching ``filter``.
+
+        :raises LockAlreadyTaken: another holder has it (nothing recorded).
+        :raises ResourceNotFound: no document matches ``filter``.
+        """
+        return await self._run(
+            self._ops.acquire(filter, "write", None, lock_timeout, timeout, w, self._clock)
+        )

@@ -1,0 +1,49 @@
+"""The one place a pymongo failure is judged: whether to retry it, and what it becomes.
+
+Pure functions on pymongo's exception objects; the flows (``_flows``) call them on the
+exception a driver threw in, and raise the result ``from`` the pymongo error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, WriteConcernError
+
+from docmultilock.errors import DbError, DbTimeout, DocumentTooLarge, LockError
+
+__all__ = ["is_transient", "translate"]
+
+#: Server error codes of a node shutting down, stepping down or unreachable (fail-over).
+_TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+
+#: Server error codes of an update whose result would exceed the 16 MiB document limit
+#: (BSONObjectTooLarge, and the two an update reports for its result).
+_TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+
+
+def is_transient(exc: PyMongoError) -> bool:
+    """True for a failure that the same command may get past: a cut connection, a fail-over.
+
+    A deadline that has passed is not: the caller's time is up.
+    """
+    if exc.timeout:
+        return False
+    if isinstance(exc, ConnectionFailure) or exc.has_error_label("RetryableWriteError"):
+        return True
+    if isinstance(exc, (OperationFailure, WriteConcernError)):
+        return exc.code in _TRANSIENT_CODES
+    return False
+
+
+def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -> LockError:  # noqa: A002
+    """The docmultilock error for a pymongo failure (raise it ``from exc``)."""
+    if isinstance(exc, OperationFailure) and exc.code in _TOO_LARGE_CODES:
+        return DocumentTooLarge(
+            f"{doing} refused: the lock's entry would take the document past MongoDB's "
+            f"16 MiB limit; nothing was written ({exc})",
+            filter=filter,
+        )
+    error = DbTimeout if exc.timeout else DbError
+    return error(f"{doing} failed: {type(exc).__name__}: {exc}", filter=filter)

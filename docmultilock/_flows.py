@@ -1,0 +1,201 @@
+"""Multi-command decisions as I/O-free flows: generators that yield effects and get results.
+
+A flow yields an *effect* (send this command, read a document again, read the server's
+time, sleep, make sure of an index) and is resumed with the effect's result, or has the
+exception the I/O raised thrown in at the ``yield``. One small driver per flavour runs a
+flow (``_async/driver.py``, and the sync one generated from it); the flavours differ only
+by ``await``. Everything a flow decides is therefore tested without a server, by scripting
+the results and errors (``tests/test_flows.py``).
+
+Time and jitter come from one injected :class:`Clock`; sleeping is an effect, performed by
+the driver with the clock's sleep of its flavour.
+
+The flow every command goes through is :func:`send`: the transient-retry loop with its
+deadline, the duplicate-key retry of a first upsert, and the re-read after an upsert that
+answered nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from bson.errors import InvalidDocument
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+from docmultilock import _clock
+from docmultilock._core import Command
+from docmultilock._failures import is_transient, translate
+from docmultilock.errors import InvalidArgument
+
+__all__ = [
+    "ATTEMPTS",
+    "SYSTEM_CLOCK",
+    "Clock",
+    "Effect",
+    "Flow",
+    "MakeTtlIndex",
+    "Reread",
+    "Send",
+    "Sent",
+    "ServerTime",
+    "Sleep",
+    "retry_pause",
+    "send",
+]
+
+log = logging.getLogger("docmultilock")
+
+T = TypeVar("T")
+
+#: Transient failures are retried this many times at most, pausing 50 ms, 100 ms, ... 1 s.
+ATTEMPTS = 6
+_RETRY_PAUSE = 0.05
+_RETRY_PAUSE_MAX = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``command`` with write concern ``w`` within ``timeout`` seconds; get its reply."""
+
+    command: Command
+    w: int | str
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reread:
+    """Read the document matching ``filter`` (projected); get it, or ``None``."""
+
+    filter: dict[str, Any]
+    projection: dict[str, Any]
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTime:
+    """Read the server's clock (``hello``'s ``localTime``); get an aware UTC datetime."""
+
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Pause ``seconds``, with the clock's sleep of the driver's flavour."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MakeTtlIndex:
+    """Create the lock collection (if missing), then its TTL index on ``field``.expires."""
+
+    field: str
+    name: str
+    timeout: float | None
+
+
+Effect = Send | Reread | ServerTime | Sleep | MakeTtlIndex
+
+#: A flow: yields effects, is sent their results, returns ``T``.
+Flow = Generator[Effect, Any, T]
+
+
+async def _asyncio_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Where flows read time and draw jitter, and where drivers sleep; replaced in tests.
+
+    ``monotonic`` measures every local duration (deadlines, backoff, expiry estimates) on
+    a clock that counts suspended time (``_clock``); expiry itself is always the server's
+    clock. ``sleep`` serves the sync driver,
+    ``asleep`` the async one.
+    """
+
+    monotonic: Callable[[], float] = _clock.now
+    sleep: Callable[[float], object] = time.sleep
+    asleep: Callable[[float], Awaitable[object]] = _asyncio_sleep
+    uniform: Callable[[float, float], float] = random.uniform
+
+
+#: The real clock.
+SYSTEM_CLOCK = Clock()
+
+
+def retry_pause(attempt: int) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (from 0)."""
+    return float(min(_RETRY_PAUSE * 2**attempt, _RETRY_PAUSE_MAX))
+
+
+@dataclass
+class Sent:
+    """What one operation learned while sending: whether a reply may have been lost."""
+
+    unsure: bool = False
+
+
+def send(
+    command: Command,
+    *,
+    doing: str,
+    w: int | str,
+    limit: float | None,
+    clock: Clock,
+    sent: Sent | None = None,
+) -> Flow[Mapping[str, Any] | None]:
+    """Send one command and return its reply; the only place pymongo errors leave a flow.
+
+    A transient failure (a cut connection, a fail-over) is retried with the same command
+    until ``limit`` seconds have passed: every command is idempotent by lock id, so a retry
+    of one that was applied finds its own work done (``sent`` records that a reply may have
+    been lost).
+    """
+    give_up = None if limit is None else clock.monotonic() + limit
+    duplicate_retried = False
+    attempt = 0
+    while True:
+        left = None if give_up is None else max(give_up - clock.monotonic(), 0.001)
+        try:
+            reply: Mapping[str, Any] | None = yield Send(command, w, left)
+            if reply is None and command.upsert:
+                # SecantusDB workaround (docs/server.md): an upsert that lost the race to
+                # create the document is applied to the winner's document, yet answered
+                # with None. MongoDB never answers None to an upsert returning the new
+                # image, so this read happens on that server only. None is neither
+                # "granted" nor "nothing written": the document itself tells.
+                reply = yield Reread(command.filter, command.projection, left)
+            return reply
+        except DuplicateKeyError as exc:
+            # Two first acquirers of a name both tried to insert its document. MongoDB
+            # retries such an _id upsert itself (4.2+), but not in every topology: once
+            # more is enough, as the document now exists and the command becomes an update
+            # that decides as usual (the loser meets the winner's entry: a plain conflict).
+            if not command.upsert or duplicate_retried:
+                raise translate(exc, doing, command.filter) from exc
+            duplicate_retried = True
+        except PyMongoError as exc:
+            if sent is not None:
+                sent.unsure = True
+            pause = retry_pause(attempt)
+            attempt += 1
+            if (
+                not is_transient(exc)
+                or attempt >= ATTEMPTS
+                or (give_up is not None and clock.monotonic() + pause >= give_up)
+            ):
+                raise translate(exc, doing, command.filter) from exc
+            log.debug("%s: retrying after %r", doing, exc)
+            yield Sleep(pause)
+        except (InvalidDocument, OverflowError, UnicodeEncodeError) as exc:
+            # Encoding fails before anything is sent: the caller's filter holds a value
+            # BSON cannot carry (an int beyond 64 bits, an arbitrary object, a lone
+            # surrogate in a string).
+            raise InvalidArgument(f"filter cannot be sent to MongoDB: {exc}") from exc

@@ -1,0 +1,300 @@
+"""``hold()`` without I/O: its checked arguments, the waiting flow, and the holder's estimate.
+
+What ``hold()`` adds to the raw operations, decided here once for both flavours:
+
+* **Waiting** (:func:`wait_flow`). ``wait=`` retries refusals with exponential backoff and
+  full jitter until a deadline. An assertive lock is continued with its pending entry, never
+  restarted, and a pending entry is released on every way out (timeout, error,
+  KeyboardInterrupt, an asyncio cancellation thrown in).
+* **Knowing when the lock is lost** (:class:`Holding`). The holder keeps a local,
+  conservative estimate of the expiry (the time *before* the command that set it, plus the
+  lifetime: the server stamped its expiry later than that), so ``hold()`` can tell "surely
+  still held" from "perhaps expired" without a clock shared with the server; the server
+  decides the rest (:func:`renew_flow`, :func:`release_flow`).
+
+The shells (``_async/hold.py`` and its generated twin) run these flows and keep the lock
+alive through ``_keepalive``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from docmultilock._args import tag_or_only
+from docmultilock._flows import Clock, Flow, Sleep
+from docmultilock._lock import Lock
+from docmultilock._operations import LockOperations
+from docmultilock.errors import (
+    AssertiveLock,
+    CooperativeLock,
+    InvalidArgument,
+    LockConflict,
+    LockError,
+    LockNotFound,
+    LockTimeout,
+)
+from docmultilock.options import Duration, parse_duration, parse_write_concern
+
+__all__ = [
+    "Backoff",
+    "HoldSpec",
+    "Holding",
+    "OnLost",
+    "plan_hold",
+    "release_flow",
+    "renew_flow",
+    "wait_flow",
+]
+
+log = logging.getLogger("docmultilock")
+
+#: Called once, from wherever the loss was found, with the lock and why it is lost.
+OnLost = Callable[[Lock, LockError], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter, between ``low`` and ``high`` seconds."""
+
+    low: float
+    high: float
+
+    def bounds(self, retry: int) -> tuple[float, float]:
+        """The range the delay before retry number ``retry`` (1, 2, ...) is drawn from."""
+        # The exponent is capped: 2.0 ** 1100 overflows, and 2 ** 64 exceeds any ``high``.
+        return self.low, min(self.high, self.low * 2.0 ** min(retry, 64))
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSpec:
+    """Validated arguments of one ``hold()`` call."""
+
+    key: Any
+    tag: str
+    wait: float | None
+    backoff: Backoff
+    keepalive: bool
+    every: float
+    lifetime: float
+    on_lost: OnLost | None
+    lock_timeout: Duration | None
+    timeout: float | None  # per-call override; None means the manager's default
+    op_timeout: float | None  # the one in force (None: no limit)
+    w: int | str | None
+
+
+def _check_backoff(value: object) -> Backoff:
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or len(value) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        raise InvalidArgument(f"backoff must be a pair of numbers (min, max), not {value!r}")
+    low, high = float(value[0]), float(value[1])
+    if not (math.isfinite(high) and 0 < low <= high):
+        raise InvalidArgument(f"backoff must satisfy 0 < min <= max, finite; got {value!r}")
+    return Backoff(low, high)
+
+
+def plan_hold(
+    ops: LockOperations,
+    key: object,
+    *,
+    tag: object,
+    wait: object,
+    backoff: object,
+    keepalive: object,
+    extend_every: object,
+    on_lost: object,
+    lock_timeout: Duration | None,
+    timeout: object,
+    w: object,
+) -> HoldSpec:
+    """Check every argument of ``hold()``; raise :class:`InvalidArgument` before any write."""
+    ops.key_filter(key)
+    tag = tag_or_only(tag, ops.options.rules)
+    lifetime = ops.lifetime_ms(tag, lock_timeout) / 1000
+    if not isinstance(keepalive, bool):
+        raise InvalidArgument(f"keepalive must be True or False, not {keepalive!r}")
+    every = lifetime / 3
+    if extend_every is not None:
+        every = parse_duration(extend_every, "extend_every")
+        if every >= lifetime:
+            raise InvalidArgument(
+                f"extend_every ({every} s) must be shorter than the lock's lifetime "
+                f"({lifetime} s), or the lock expires between extensions"
+            )
+    if on_lost is not None and not callable(on_lost):
+        raise InvalidArgument(f"on_lost must be callable or None, not {type(on_lost).__name__}")
+    per_call = None if timeout is None else parse_duration(timeout, "timeout")
+    return HoldSpec(
+        key=key,
+        tag=tag,
+        wait=None if wait is None else parse_duration(wait, "wait"),
+        backoff=_check_backoff(backoff),
+        keepalive=keepalive,
+        every=every,
+        lifetime=lifetime,
+        on_lost=on_lost,
+        lock_timeout=lock_timeout,
+        timeout=per_call,
+        op_timeout=ops.options.timeout if per_call is None else per_call,
+        w=None if w is None else parse_write_concern(w),
+    )
+
+
+def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[Lock, float]]:
+    """Acquire, retrying refusals until ``spec.wait`` runs out; the lock and when it was sent.
+
+    :raises LockTimeout: out of time (the last refusal is ``__cause__``).
+    :raises LockConflict: refused, with ``wait=None``.
+    """
+    started = clock.monotonic()
+    pending: Lock | None = None
+    last: LockConflict
+    attempts = 0
+    try:
+        while True:
+            attempts += 1
+            sent = clock.monotonic()
+            try:
+                tag = None if pending is not None else spec.tag
+                lock = yield from ops.acquire(
+                    spec.key, tag, pending, spec.lock_timeout, spec.timeout, spec.w, clock
+                )
+            except AssertiveLock as err:
+                pending, last = err.lock, err  # continue it: a restart would lose its place
+            except CooperativeLock as err:
+                pending, last = None, err  # a refusal also drops a pending entry of ours
+            except LockNotFound as err:
+                if pending is None:
+                    raise
+                pending, last = None, err  # our pending entry lapsed: register anew
+            else:
+                return lock, sent
+            waited = clock.monotonic() - started
+            if spec.wait is None:
+                raise last
+            if waited >= spec.wait:
+                raise LockTimeout(
+                    f"gave up waiting for a {spec.tag!r} lock on {spec.key!r} after "
+                    f"{waited:.3g} s and {attempts} attempts: {last}",
+                    filter=last.filter,
+                    attempts=attempts,
+                    waited=waited,
+                    blocking_tags=getattr(last, "blocking_tags", ()),
+                ) from last
+            delay = clock.uniform(*spec.backoff.bounds(attempts))
+            if pending is not None:
+                # Each continuation renews the pending entry: come back before it lapses.
+                delay = min(delay, spec.lifetime / 3)
+            yield Sleep(min(delay, spec.wait - waited))
+    except BaseException:
+        if pending is not None:
+            # Never leave a pending entry behind: it refuses every newcomer until it lapses.
+            # This also runs for a cancellation (or KeyboardInterrupt) thrown in at a yield.
+            try:
+                yield from ops.release(spec.key, pending, spec.timeout, spec.w, clock)
+            except LockError as err:
+                log.warning("could not release pending lock %s: %s", pending.id, err)
+        raise
+
+
+class Holding:
+    """What a holder knows of its lock: the lock, a conservative expiry estimate, the loss.
+
+    Thread-safe: the keep-alive updates it while the block reads it. ``expires`` is on the
+    flow clock's timeline and never later than the server's expiry.
+    """
+
+    def __init__(self, spec: HoldSpec, lock: Lock, sent: float) -> None:
+        self.spec = spec
+        self._guard = threading.Lock()
+        self._lock = lock
+        self._expires = sent + spec.lifetime
+        self.error: LockError | None = None
+
+    @property
+    def lock(self) -> Lock:
+        """The current lock (a new value after each extension)."""
+        with self._guard:
+            return self._lock
+
+    @property
+    def expires(self) -> float:
+        """The expiry estimate: before it, the server surely still holds the lock."""
+        with self._guard:
+            return self._expires
+
+    def renewed(self, lock: Lock, sent: float) -> None:
+        """Record an extension sent at ``sent`` that the server answered with ``lock``."""
+        with self._guard:
+            self._lock = lock
+            self._expires = sent + self.spec.lifetime
+
+    def lose(self, error: LockError) -> bool:
+        """Record the loss; True the first time only (the one to report)."""
+        with self._guard:
+            if self.error is not None:
+                return False
+            self.error = error
+            return True
+
+
+def extend_flow(
+    ops: LockOperations, holding: Holding, timeout: float | None, clock: Clock
+) -> Flow[LockError | None]:
+    """Extend once and update the estimate; the error that tells the lock is lost, if any."""
+    spec = holding.spec
+    sent = clock.monotonic()
+    try:
+        lock = yield from ops.extend(
+            spec.key, holding.lock, spec.lock_timeout, timeout, spec.w, clock
+        )
+    except LockError as err:
+        return err
+    holding.renewed(lock, sent)
+    return None
+
+
+def renew_flow(
+    ops: LockOperations, holding: Holding, limit: float, clock: Clock
+) -> Flow[LockError | None]:
+    """One keep-alive extension, within ``limit`` seconds (what is left of the estimate).
+
+    Past the estimate the answer cannot save the lock, so a stalled server costs this lock
+    and holds the keep-alive no longer.
+    """
+    if holding.spec.op_timeout is not None:
+        limit = min(limit, holding.spec.op_timeout)
+    return (yield from extend_flow(ops, holding, limit, clock))
+
+
+def release_flow(
+    ops: LockOperations, holding: Holding, *, quiet: bool, clock: Clock
+) -> Flow[LockError | None]:
+    """Release at the end of the block; the loss found on the way, if any.
+
+    Past the estimate the lock may have expired, and a release removes an expired entry
+    quietly: so first ask the server whether it is still live (an extension refuses an
+    expired one). Unless ``quiet`` (the block raised), a failed release is raised.
+    """
+    spec = holding.spec
+    lost: LockError | None = None
+    if not quiet and holding.error is None and clock.monotonic() >= holding.expires:
+        lost = yield from extend_flow(ops, holding, spec.timeout, clock)
+    try:
+        yield from ops.release(spec.key, holding.lock, spec.timeout, spec.w, clock)
+    except LockNotFound as err:
+        lost = lost or err
+    except LockError as err:
+        if not quiet and holding.error is None and lost is None:
+            raise
+        log.warning("could not release lock %s on %r: %s", holding.lock.id, spec.key, err)
+    return lost

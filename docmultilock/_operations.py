@@ -1,0 +1,313 @@
+"""Every lock operation of one manager, as a flow: checked arguments in, effects out.
+
+:class:`LockOperations` is what a lock manager *is*, minus I/O: the core for its field,
+table and home, the ledger of what it saw granted, and the flows of ``acquire``,
+``release``, ``extend`` and ``ensure_indexes`` (plus ``guard``, which sends nothing). The
+sync and async managers, and ``hold()``, are thin shells that run these flows with their
+driver; a decision written here is written once for both flavours.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from pymongo.errors import PyMongoError
+
+from docmultilock import _indexes
+from docmultilock._args import check_lock, document_target, tag_or_only
+from docmultilock._core import Home, LockCore, Verdicts
+from docmultilock._failures import translate
+from docmultilock._flows import Clock, Flow, MakeTtlIndex, Sent, ServerTime, send
+from docmultilock._ledger import Ledger
+from docmultilock._lock import Lock
+from docmultilock.errors import (
+    AssertiveLock,
+    DbError,
+    InvalidArgument,
+    LockError,
+    LockNotFound,
+)
+from docmultilock.options import (
+    Duration,
+    LockOptions,
+    parse_duration,
+    parse_lifetime_ms,
+    parse_write_concern,
+)
+
+__all__ = ["LockOperations", "new_lock_id"]
+
+log = logging.getLogger("docmultilock")
+
+#: The field of a named lock's document that holds its state.
+NAMED_FIELD = "lock"
+
+
+def new_lock_id() -> str:
+    """128 random bits: a lock id can be neither guessed nor forged."""
+    return secrets.token_hex(16)
+
+
+class LockOperations:
+    """The operations of one lock manager as flows, over one core, ledger and home.
+
+    :param where: identifies the collection for the process-wide TTL-index record: the
+        client object (held weakly) and the collection's full name.
+    """
+
+    def __init__(
+        self,
+        options: LockOptions,
+        *,
+        home: Home,
+        verdicts: Verdicts,
+        where: tuple[object, str],
+    ) -> None:
+        self.options = options
+        self.core = LockCore(
+            options.field,
+            options.rules,
+            home=home,
+            verdicts=verdicts,
+            max_holders=options.max_holders,
+        )
+        self.ledger = Ledger()
+        self._where = where
+
+    # -- arguments --------------------------------------------------------------------
+
+    def key_filter(self, key: object) -> dict[str, Any]:
+        """The filter of ``key``'s state document; refused before anything is sent."""
+        return self.core.home.key_filter(key)
+
+    def lifetime_ms(self, tag: str, lock_timeout: Duration | None) -> int:
+        """The lifetime a new ``tag`` lock is taken with, in ms."""
+        if lock_timeout is None:
+            return self.options.rules.lifetime_ms[tag]
+        return parse_lifetime_ms(lock_timeout, "lock_timeout")
+
+    def limit(self, timeout: Duration | None) -> float | None:
+        """The operation timeout in force: the call's, else the manager's."""
+        return self.options.timeout if timeout is None else parse_duration(timeout, "timeout")
+
+    def concern(self, w: int | str | None) -> int | str:
+        """The write concern in force: the call's, else the manager's."""
+        return self.options.w if w is None else parse_write_concern(w)
+
+    def _locate(self, key: object, lock: Lock) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(user_filter, target)``: the key's filter, pinned to the lock's own document."""
+        user_filter = self.key_filter(key)
+        return user_filter, document_target(user_filter, lock.document_id)
+
+    def mapped(self, err: LockError) -> BaseException:
+        """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
+
+        The factory's exception gets ``err`` as its ``__cause__``.
+        """
+        factory = self.options.error_factory
+        if factory is None:
+            return err
+        replacement = factory(err)
+        replacement.__cause__ = err
+        return replacement
+
+    @staticmethod
+    def applied(result: object) -> bool:
+        """True when a guarded write's ``result`` shows it matched the document.
+
+        An ``UpdateResult`` by its ``matched_count``, a ``DeleteResult`` by its
+        ``deleted_count``, a ``find_one_and_*`` answer by not being ``None``.
+        """
+        if result is None:
+            return False
+        for counted in ("matched_count", "deleted_count"):
+            count = getattr(result, counted, None)
+            if count is not None:
+                return bool(count)
+        return True
+
+    def lost_write(self, key: object, lock: Lock) -> LockNotFound:
+        """The loss error for a guarded write of ``lock`` that matched nothing."""
+        return self.core.lost(lock, self.key_filter(key), "write")
+
+    # -- flows ------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        key: object,
+        tag: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[Lock]:
+        """Acquire ``tag`` on ``key``, or continue the pending ``lock``; one command."""
+        rules = self.options.rules
+        user_filter = target = self.key_filter(key)
+        if tag is not None and lock is not None:
+            raise InvalidArgument(
+                "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
+            )
+        pending: Lock | None = None
+        if lock is not None:
+            pending = check_lock(lock, rules)
+            name = pending.tag
+            target = document_target(user_filter, pending.document_id)
+        else:
+            name = tag_or_only(tag, rules)
+        plan = self.core.acquire(
+            target,
+            user_filter=user_filter,
+            tag=name,
+            lock_id=new_lock_id(),
+            lifetime_ms=None if lock_timeout is None else self.lifetime_ms(name, lock_timeout),
+            continuing=pending,
+        )
+        limit, concern = self.limit(timeout), self.concern(w)
+        reply = yield from send(plan.command, doing="acquire", w=concern, limit=limit, clock=clock)
+        try:
+            granted = plan.read(reply)
+        except AssertiveLock as err:
+            self.ledger.saw(err.lock)
+            raise
+        except LockError as err:
+            log.debug("acquire %r on %r: %s", name, user_filter, err.code)
+            raise
+        self.ledger.saw(granted)
+        log.debug("acquired %s %s on %r", granted.tag, granted.id, granted.document_id)
+        if self.core.home.on_demand:
+            yield from self._index_once(limit)
+        return granted
+
+    def release(
+        self,
+        key: object,
+        lock: object,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[None]:
+        """Release ``lock``; a release whose earlier reply was lost is judged by the ledger."""
+        held = check_lock(lock, self.options.rules)
+        user_filter, target = self._locate(key, held)
+        limit, concern = self.limit(timeout), self.concern(w)
+        ledger = self.ledger
+        sent = Sent(unsure=ledger.was_unsure(held.id))
+        try:
+            deleting = self.core.release_by_delete(target, lock=held)
+            deleted = False
+            if deleting is not None:
+                reply = yield from send(
+                    deleting.command,
+                    doing="release",
+                    w=concern,
+                    limit=limit,
+                    clock=clock,
+                    sent=sent,
+                )
+                deleted = deleting.read(reply)
+            if not deleted:
+                plan = self.core.release(target, user_filter=user_filter, lock=held)
+                reply = yield from send(
+                    plan.command, doing="release", w=concern, limit=limit, clock=clock, sent=sent
+                )
+                plan.read(reply)
+        except DbError:
+            ledger.release_unsure(held.id)
+            raise
+        except LockNotFound:
+            # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
+            # removed it: while the lock is unexpired by the server's clock nobody else can
+            # (pruning takes only expired entries), so the release did happen.
+            if not (sent.unsure and (yield from self._unexpired(held.id, limit))):
+                ledger.forget(held.id)
+                raise
+            log.debug("release of %s was applied by an attempt whose reply was lost", held.id)
+        ledger.forget(held.id)
+
+    def _unexpired(self, lock_id: str, limit: float | None) -> Flow[bool]:
+        """True while the server's clock is before the expiry this manager saw it stamp.
+
+        One ``hello``; ``False`` at once for a lock this manager never saw granted (a lock
+        a client sends back carries an ``expires_at`` nobody can vouch for).
+        """
+        expires_at = self.ledger.expiry(lock_id)
+        if expires_at is None:
+            return False
+        try:
+            now = yield ServerTime(limit)
+        except PyMongoError as exc:
+            self.ledger.release_unsure(lock_id)
+            raise translate(exc, "release", None) from exc
+        return bool(now < expires_at)
+
+    def extend(
+        self,
+        key: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[Lock]:
+        """Push ``lock``'s expiry to server-now plus its lifetime (or ``lock_timeout``)."""
+        held = check_lock(lock, self.options.rules, granted=True)
+        user_filter, target = self._locate(key, held)
+        plan = self.core.extend(
+            target,
+            user_filter=user_filter,
+            lock=held,
+            lifetime_ms=None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
+        )
+        reply = yield from send(
+            plan.command,
+            doing="extend",
+            w=self.concern(w),
+            limit=self.limit(timeout),
+            clock=clock,
+        )
+        extended = plan.read(reply)
+        self.ledger.saw(extended)
+        return extended
+
+    def guard(self, key: object, lock: object) -> dict[str, Any]:
+        """A filter matching ``lock``'s document only while it is held (nothing is sent)."""
+        held = check_lock(lock, self.options.rules, granted=True)
+        _, target = self._locate(key, held)
+        return self.core.guard(target, held)
+
+    def ensure_indexes(self, timeout: Duration | None) -> Flow[None]:
+        """Create the TTL index of a named-lock collection now (idempotent)."""
+        try:
+            yield MakeTtlIndex(NAMED_FIELD, _indexes.TTL_INDEX, self.limit(timeout))
+        except PyMongoError as exc:
+            raise translate(exc, "ensure_indexes", None) from exc
+        _indexes.TTL_INDEXES.created(*self._where)
+
+    def _index_once(self, limit: float | None) -> Flow[None]:
+        """Make sure of the TTL index after a grant (the collection exists by then)."""
+        if not _indexes.TTL_INDEXES.due(*self._where):
+            return
+        try:
+            yield from self.ensure_indexes(limit)
+        except LockError as err:
+            # The lock is already held: failing the acquire would leak it. An acquire tries
+            # again after INDEX_RETRY_SECONDS; ensure_indexes() reports the error.
+            retry = _indexes.INDEX_RETRY_SECONDS
+            first = _indexes.TTL_INDEXES.failed(*self._where, retry)
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "could not create the TTL index on %s (trying again in %.0f s; create it at "
+                "deployment with NamedLocks.ensure_indexes()): %s",
+                self._where[1],
+                retry,
+                err,
+            )
+
+
+def describe(options: LockOptions, full_name: str, cls: str) -> str:
+    """A manager's ``repr``: its class, collection, field and tags."""
+    return f"{cls}({full_name!r}, field={options.field!r}, tags={sorted(options.rules.tags)!r})"

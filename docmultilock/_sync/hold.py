@@ -1,0 +1,195 @@
+# Generated from docmultilock/_async/hold.py by tools/unasync.py: do not edit.
+# Edit the async source and run `python tools/unasync.py`.
+"""``hold()`` for the sync managers: wait, keep alive, release, report a loss.
+
+The decisions are ``_holding``'s flows; this shell runs them with the sync driver, keeps
+the lock alive through the keep-alive of its flavour (``_keepalive``), and owns the
+holder-facing state (``lost``, ``on_lost``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+from typing import Any
+
+from docmultilock._flavour import SyncOnly
+from docmultilock._flows import Clock
+from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
+from docmultilock._keepalive import Extender, Job
+from docmultilock._lock import Lock
+from docmultilock._operations import LockOperations
+from docmultilock._sync.driver import MongoIO, run
+from docmultilock.errors import DbTimeout, LockError
+
+__all__ = ["HeldLock", "Hold"]
+
+log = logging.getLogger("docmultilock")
+
+
+class HeldLock:
+    """A lock held for the span of a ``with manager.hold(...)`` block.
+
+    :ivar lost: an event set once the lock is known or feared lost (expired, taken over,
+        or not extended in time).
+    :ivar error: the :class:`~docmultilock.LockError` that told, once ``lost`` is set.
+    """
+
+    def __init__(
+        self,
+        ops: LockOperations,
+        io: MongoIO,
+        clock: Clock,
+        holding: Holding,
+    ) -> None:
+        self._ops = ops
+        self._io = io
+        self._clock = clock
+        self._holding = holding
+        spec = holding.spec
+        self.lost = threading.Event()
+        self._job = Job(self._renew, self._overdue, lead=spec.lifetime - spec.every)
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else "held"
+        lock = self.lock
+        return (
+            f"<{type(self).__name__} {lock.tag!r} {lock.id} on {self._holding.spec.key!r}: {state}>"
+        )
+
+    @property
+    def lock(self) -> Lock:
+        """The current :class:`~docmultilock.Lock` (a new value after each extension)."""
+        return self._holding.lock
+
+    @property
+    def error(self) -> LockError | None:
+        """Why the lock is lost, once ``lost`` is set; else ``None``."""
+        return self._holding.error
+
+    def guard(self) -> dict[str, Any]:
+        """A filter matching the locked document only while this lock is held.
+
+        ::
+
+            orders.update_one(held.guard(), {"$set": {"status": "paid"}})
+        """
+        return self._ops.guard(self._holding.spec.key, self.lock)
+
+    def require(self, result: Any) -> Any:
+        """Return ``result`` of a guarded write; raise the lock's loss if it matched nothing.
+
+        ``result`` is what pymongo answered: an ``UpdateResult`` or ``DeleteResult`` (its
+        ``matched_count``/``deleted_count`` must not be 0), or the document of a
+        ``find_one_and_*`` (not ``None``). A write through :meth:`guard` that matched nothing
+        means the lock was lost before it landed: ``lost`` is set and the loss error
+        (mapped through ``error_factory``) raised::
+
+            held.require(orders.update_one(held.guard(), {"$set": {"paid": True}}))
+        """
+        if self._ops.applied(result):
+            return result
+        error = self._ops.lost_write(self._holding.spec.key, self.lock)
+        self._lose(error)
+        raise self._ops.mapped(error)
+
+    def _lose(self, error: LockError) -> None:
+        """Record the loss once: set ``lost``, then tell ``on_lost`` (its errors are logged)."""
+        if not self._holding.lose(error):
+            return
+        lock = self.lock
+        self.lost.set()
+        log.warning("lock %s (%r) on %r lost: %s", lock.id, lock.tag, self._holding.spec.key, error)
+        on_lost = self._holding.spec.on_lost
+        if on_lost is not None:
+            try:
+                on_lost(lock, error)
+            except Exception:
+                log.exception("on_lost raised for lock %s; ignored", lock.id)
+
+    def _renew(self, limit: float) -> float | None:
+        """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
+        try:
+            error = run(
+                renew_flow(self._ops, self._holding, limit, self._clock), self._io, self._clock
+            )
+        except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
+            log.exception("keep-alive of lock %s failed", self.lock.id)
+            error = LockError(f"keep-alive failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        if error is not None:
+            self._lose(error)
+        if self.lost.is_set():
+            return None
+        return self._holding.expires
+
+    def _overdue(self) -> None:
+        """The expiry estimate passed before a renewal succeeded: the lock counts as lost.
+
+        Called by the keep-alive at the estimate, also while an extension is still in
+        flight: from then on nobody can vouch for the lock.
+        """
+        spec, lock = self._holding.spec, self.lock
+        self._lose(
+            DbTimeout(
+                f"lock {lock.id} ({lock.tag!r}) on {spec.key!r} was not extended before "
+                f"its expiry estimate ({spec.lifetime:g} s after the last extension was "
+                "sent): the server did not answer in time, or the process fell behind"
+            )
+        )
+
+    def _release(self, *, quiet: bool) -> None:
+        """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
+        if self._holding.spec.keepalive:
+            Extender.current().remove(self._job)
+        lost = run(
+            release_flow(self._ops, self._holding, quiet=quiet, clock=self._clock),
+            self._io,
+            self._clock,
+        )
+        if lost is not None:
+            self._lose(lost)
+        if not quiet and self._holding.error is not None:
+            raise self._holding.error
+
+
+class Hold(SyncOnly):
+    """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
+
+    def __init__(self, ops: LockOperations, io: MongoIO, clock: Clock, spec: HoldSpec) -> None:
+        self._ops = ops
+        self._io = io
+        self._clock = clock
+        self._spec = spec
+        self._held: HeldLock | None = None
+
+    def __enter__(self) -> HeldLock:
+        if self._held is not None:
+            raise RuntimeError("this hold() was entered already; call hold() again")
+        try:
+            lock, sent = run(wait_flow(self._ops, self._spec, self._clock), self._io, self._clock)
+        except LockError as err:
+            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+        held = HeldLock(self._ops, self._io, self._clock, Holding(self._spec, lock, sent))
+        self._held = held
+        if self._spec.keepalive:
+            Extender.current().add(held._job, held._holding.expires)
+        return held
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        held = self._held
+        assert held is not None, "__exit__ without __enter__"
+        if exc_type is not None:
+            # The body's own exception wins; the release only logs what it finds.
+            held._release(quiet=True)
+            return
+        try:
+            held._release(quiet=False)
+        except LockError as err:
+            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself

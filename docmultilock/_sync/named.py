@@ -1,0 +1,151 @@
+# Generated from docmultilock/_async/named.py by tools/unasync.py: do not edit.
+# Edit the async source and run `python tools/unasync.py`.
+"""Async named locks: the same flows, keeping each name's state in a document of its own.
+
+A lock on ``"nightly-report"`` lives in ``{_id: "nightly-report", lock: {...}}`` in a lock
+collection (``docmultilock.locks`` by default). The first acquire creates the document in
+the same single command (an upsert on ``_id``: MongoDB refuses ``$expr`` in an upsert's
+filter, so the decision stays in the pipeline). The last release of the default exclusive
+table deletes it; a document left with no live holder is removed later by a TTL index on
+``lock.expires``, which every write keeps equal to the latest holder expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pymongo.database import Database
+
+from docmultilock._args import check_collection_name, check_flavour
+from docmultilock._core import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
+from docmultilock._lock import Lock
+from docmultilock._operations import NAMED_FIELD, LockOperations
+from docmultilock._rules import WRITE_ONLY
+from docmultilock._sync.managers import LockManager
+from docmultilock.options import Duration, ErrorFactory, load_options
+
+__all__ = ["NamedLocks"]
+
+
+class NamedLocks(LockManager):
+    """Locks on names ("order-42", "nightly-report") rather than on your documents.
+
+    Each name's lock state lives in a document of its own in ``collection``, created on
+    demand and removed when nobody holds the name. The default table is exclusive (one tag,
+    ``write``, with WriteLock's errors); give ``lock_relationships`` for tags, with
+    MultiLock's errors::
+
+        jobs = NamedLocks(client.app, lock_timeout=300.0)
+        lock = jobs.acquire("nightly-report")     # LockAlreadyTaken (409) when held
+        jobs.release("nightly-report", lock)
+
+    A name takes at most ``max_holders`` live entries at once.
+
+    :raises InvalidConfiguration: naming every problem with the options.
+    """
+
+    def __init__(
+        self,
+        database: Database[Any],
+        collection: str = "docmultilock.locks",
+        *,
+        lock_timeouts: Mapping[str, Duration] | None = None,
+        lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        lock_timeout: Duration = 30.0,
+        timeout: Duration | None = 10.0,
+        w: int | str = "majority",
+        error_factory: ErrorFactory | None = None,
+        max_holders: int = DEFAULT_MAX_HOLDERS,
+    ) -> None:
+        check_flavour(database, Database, "database", type(self).__name__)
+        options = load_options(
+            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
+            lock_relationships=(
+                lock_relationships if lock_relationships is not None else WRITE_ONLY
+            ),
+            lock_timeout=lock_timeout,
+            timeout=timeout,
+            w=w,
+            field=NAMED_FIELD,
+            error_factory=error_factory,
+            max_holders=max_holders,
+        )
+        locks = database[check_collection_name(collection)]
+        ops = LockOperations(
+            options,
+            home=NAMES,
+            verdicts=EXCLUSIVE if lock_relationships is None else SHARED,
+            where=(database.client, locks.full_name),
+        )
+        super().__init__(locks, ops)
+
+    def acquire(
+        self,
+        name: str,
+        *,
+        tag: str | None = None,
+        lock: Lock | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Acquire a ``tag`` lock on ``name``, creating its lock document in the same command.
+
+        ``tag`` may be left out when the table declares one tag (the default, ``write``).
+        Give ``lock=`` instead to go on waiting with a pending assertive lock.
+
+        :raises LockAlreadyTaken: the name is held (default table; nothing recorded).
+        :raises CooperativeLock: a tag this one is cooperative with is held (custom table).
+        :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
+        :raises LockNotFound: the pending ``lock`` given is gone.
+        """
+        return self._run(self._ops.acquire(name, tag, lock, lock_timeout, timeout, w, self._clock))
+
+    def release(
+        self,
+        name: str,
+        lock: Lock,
+        *,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> None:
+        """Release ``lock`` on ``name``; the default table's last release deletes the document.
+
+        :raises LockNotFound: the lock is gone (:class:`~docmultilock.LockWasReacquired`
+            with the default table).
+        """
+        self._run(self._ops.release(name, lock, timeout, w, self._clock))
+
+    def extend(
+        self,
+        name: str,
+        lock: Lock,
+        *,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Lock:
+        """Push ``lock``'s expiry to the server's now plus its lifetime; return the new Lock.
+
+        :raises LockNotFound: the lock expired or was displaced
+            (:class:`~docmultilock.LockWasReacquired` with the default table).
+        """
+        return self._run(self._ops.extend(name, lock, lock_timeout, timeout, w, self._clock))
+
+    def guard(self, name: str, lock: Lock) -> dict[str, Any]:
+        """A filter matching ``name``'s lock document only while ``lock`` is still held.
+
+        Use it where a write must be conditional on the lock, for instance as the first
+        step of a transaction; the lock's ``fence`` serves where the protected data lives
+        elsewhere.
+        """
+        return self._ops.guard(name, lock)
+
+    def ensure_indexes(self, *, timeout: Duration | None = None) -> None:
+        """Create the TTL index that removes lock documents nobody holds (idempotent).
+
+        Acquire creates it lazily, once per process and collection, right after its first
+        success; call this at deployment time to have it up front.
+        """
+        self._run(self._ops.ensure_indexes(timeout))

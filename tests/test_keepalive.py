@@ -1,0 +1,156 @@
+"""The keep-alive's threads: one stalled extension costs its own lock only, and its loss is on time.
+
+The decisions themselves are tested without threads in ``test_renewals.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.collection import Collection
+
+from docmultilock import DbError, WriteLock, _clock
+from docmultilock._keepalive import THREAD_NAME, Extender, Job
+from docmultilock.pytest_plugin import CLIENT_OPTIONS
+from tests.helpers import server_now, wait_until
+
+Doc = dict[str, Any]
+
+STALLED_APP = "docmultilock-test-stalled"
+
+
+def keepalive_threads() -> int:
+    return sum(thread.name.startswith(THREAD_NAME) for thread in threading.enumerate())
+
+
+class Stuck:
+    """A job whose extension hangs until released, recording what happened meanwhile."""
+
+    def __init__(self, lifetime: float) -> None:
+        self.released = threading.Event()
+        self.in_flight = threading.Event()
+        self.lost = threading.Event()
+        self.lost_in_flight = False
+        self.job = Job(self.extend, self.lose, lead=lifetime * 0.9)
+
+    def extend(self, limit: float) -> float | None:
+        self.in_flight.set()
+        self.released.wait(30.0)
+        self.in_flight.clear()
+        return None
+
+    def lose(self) -> None:
+        self.lost_in_flight = self.in_flight.is_set()
+        self.lost.set()
+
+
+class Healthy:
+    """A job whose extensions succeed at once."""
+
+    def __init__(self, lifetime: float, every: float) -> None:
+        self.lifetime = lifetime
+        self.extensions = 0
+        self.lost = threading.Event()
+        self.job = Job(self.extend, self.lost.set, lead=lifetime - every)
+
+    def extend(self, limit: float) -> float | None:
+        self.extensions += 1
+        return _clock.now() + self.lifetime
+
+
+@pytest.fixture
+def extender() -> Iterator[Extender]:
+    """An extender of the test's own, with two slots."""
+    wait_until(lambda: keepalive_threads() == 0)  # none left by an earlier test
+    yield Extender(slots=2)
+    wait_until(lambda: keepalive_threads() == 0)
+
+
+def test_the_loss_is_told_at_the_estimate_while_the_extension_still_hangs(
+    extender: Extender,
+) -> None:
+    stuck, healthy = Stuck(lifetime=1.0), Healthy(lifetime=1.0, every=0.2)
+    extender.add(stuck.job, _clock.now() + 1.0)
+    extender.add(healthy.job, _clock.now() + 1.0)
+    assert stuck.lost.wait(10.0)
+    assert stuck.lost_in_flight
+    assert healthy.extensions >= 2
+    assert not healthy.lost.is_set()
+    stuck.released.set()
+    extender.remove(healthy.job)
+    extender.remove(stuck.job)
+
+
+def test_remove_returns_only_once_the_extension_in_flight_returned(extender: Extender) -> None:
+    stuck = Stuck(lifetime=10.0)
+    extender.add(stuck.job, _clock.now() + 1.0)
+    assert stuck.in_flight.wait(10.0)
+    removing = threading.Thread(target=extender.remove, args=(stuck.job,))
+    removing.start()
+    removing.join(0.3)
+    assert removing.is_alive()
+    stuck.released.set()
+    removing.join(10.0)
+    assert not removing.is_alive()
+    assert not stuck.in_flight.is_set()
+
+
+def test_an_extender_with_nothing_to_keep_ends_its_threads(extender: Extender) -> None:
+    healthy = Healthy(lifetime=0.5, every=0.1)
+    extender.add(healthy.job, _clock.now() + 0.5)
+    wait_until(lambda: healthy.extensions >= 2)
+    assert keepalive_threads() >= 2  # the coordinator and a worker
+    extender.remove(healthy.job)
+    wait_until(lambda: keepalive_threads() == 0)
+
+
+@pytest.fixture
+def stalled_collection(uri: str, collection: Collection[Doc]) -> Iterator[Collection[Doc]]:
+    """The test collection through a client of its own, which a fail point can single out."""
+    client: MongoClient[Doc] = MongoClient(uri, appName=STALLED_APP, **CLIENT_OPTIONS)
+    try:
+        yield client[collection.database.name][collection.name]
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_a_stalled_extension_delays_neither_the_other_locks_nor_its_own_loss(
+    client: MongoClient[Doc],
+    collection: Collection[Doc],
+    stalled_collection: Collection[Doc],
+    fail_point: Callable[..., None],
+) -> None:
+    collection.insert_many([{"_id": i} for i in range(6)])
+    with contextlib.ExitStack() as block:
+        a = block.enter_context(
+            WriteLock(stalled_collection).hold({"_id": 0}, keepalive=True, lock_timeout=6.0)
+        )
+        healthy = WriteLock(collection)
+        bs = [
+            block.enter_context(healthy.hold({"_id": i}, keepalive=True, lock_timeout=2.0))
+            for i in range(1, 6)
+        ]
+        # A's first renewal (due 2 s after its grant) hangs past A's expiry; B's lifetimes
+        # are shorter than that hang, so each B needs renewals while A's is stuck.
+        fail_point(appName=STALLED_APP, blockConnection=True, blockTimeMS=6_000)
+        a_expires = a.lock.expires_at
+        for _ in range(8):  # 4 s: two B lifetimes, while A's renewal hangs
+            time.sleep(0.5)
+            for b in bs:
+                guarded = collection.update_one(b.guard(), {"$inc": {"writes": 1}})
+                assert guarded.matched_count == 1, f"{b} expired behind a stalled extension"
+        assert not any(b.lost.is_set() for b in bs)
+        assert a.lost.wait(10.0)
+        assert server_now(client) < a_expires + timedelta(seconds=1)
+        with pytest.raises(DbError):
+            block.close()
+    assert a.error is not None
+    assert all(b.error is None for b in bs)
