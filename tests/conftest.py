@@ -16,11 +16,8 @@ from pymongo.collection import Collection
 
 from docmultilock import MultiLock, WriteLock
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
-from tests.flavours import Portal, Twins, flavoured
+from tests.flavours import MakeLock, Portal, Twins, flavoured
 from tests.helpers import USER_FIELDS, CommandLog, Doc
-
-#: Builds a lock manager of the test's flavour: ``make_lock(WriteLock, collection, **options)``.
-MakeLock = Callable[..., Any]
 
 
 @pytest.fixture(scope="session")
@@ -79,14 +76,16 @@ def doc(collection: Collection[Doc]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def write_lock(collection: Collection[Doc]) -> WriteLock:
-    return WriteLock(collection, lock_timeout=10.0)
+def write_lock(make_lock: MakeLock, collection: Collection[Doc]) -> WriteLock:
+    """A write lock of the test's flavour, with a roomy lifetime."""
+    return make_lock(WriteLock, collection, lock_timeout=10.0)
 
 
 @pytest.fixture
-def rw_lock(collection: Collection[Doc]) -> MultiLock:
-    """The readers-writer table of the issue, with roomy lifetimes."""
-    return MultiLock(
+def rw_lock(make_lock: MakeLock, collection: Collection[Doc]) -> MultiLock:
+    """The readers-writer table of the issue, with roomy lifetimes, of the test's flavour."""
+    return make_lock(
+        MultiLock,
         collection,
         lock_timeouts={"read": 10.0, "write": 10.0},
         lock_relationships={

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Coroutine
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.collection import Collection
@@ -104,18 +104,29 @@ class _EventView:
         return True
 
 
-class HeldView:
-    """An :class:`~docmultilock.AsyncHeldLock` behind the sync ``HeldLock``'s API."""
+class _Forwarding:
+    """Attributes of the wrapped async object; its coroutine methods run on the portal."""
 
-    def __init__(self, held: docmultilock.AsyncHeldLock) -> None:
-        self.wrapped = held
-        self.lost = _EventView(held.lost)
+    wrapped: Any
+    _portal: Portal
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.wrapped, name)
+        if inspect.iscoroutinefunction(attribute):
+            return lambda *args, **kwargs: self._portal.call(attribute(*args, **kwargs))
+        return attribute
 
     def __repr__(self) -> str:
         return repr(self.wrapped)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
+
+class HeldView(_Forwarding):
+    """An :class:`~docmultilock.AsyncHeldLock` behind the sync ``HeldLock``'s API."""
+
+    def __init__(self, held: docmultilock.AsyncHeldLock, portal: Portal) -> None:
+        self.wrapped = held
+        self._portal = portal
+        self.lost = _EventView(held.lost)
 
 
 class HoldView:
@@ -126,7 +137,7 @@ class HoldView:
         self._portal = portal
 
     def __enter__(self) -> HeldView:
-        return HeldView(self._portal.call(self._hold.__aenter__()))
+        return HeldView(self._portal.call(self._hold.__aenter__()), self._portal)
 
     def __exit__(
         self,
@@ -137,41 +148,48 @@ class HoldView:
         self._portal.call(self._hold.__aexit__(exc_type, exc, traceback))
 
 
-class AsyncView:
-    """An async lock manager behind the sync manager's methods."""
+class AsyncView(_Forwarding):
+    """An async lock manager behind the sync manager's methods.
 
-    def __init__(self, manager: Any, portal: Portal) -> None:
+    ``collection`` is the sync collection the lock state lives in, so a test reads the
+    stored state the same way in both flavours.
+    """
+
+    def __init__(self, manager: Any, portal: Portal, collection: Collection[Any]) -> None:
         object.__setattr__(self, "wrapped", manager)
         object.__setattr__(self, "_portal", portal)
-
-    def __repr__(self) -> str:
-        return repr(self.wrapped)
+        object.__setattr__(self, "collection", collection)
 
     def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self.wrapped, name)
         if name == "hold":
-            return lambda *args, **kwargs: HoldView(attribute(*args, **kwargs), self._portal)
-        if inspect.iscoroutinefunction(attribute):
-            return lambda *args, **kwargs: self._portal.call(attribute(*args, **kwargs))
-        return attribute
+            hold = self.wrapped.hold
+            return lambda *args, **kwargs: HoldView(hold(*args, **kwargs), self._portal)
+        return super().__getattr__(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.wrapped, name, value)
 
 
-def flavoured(flavour: str, twins: Twins, cls: type[T], where: Any, /, **options: Any) -> T:
-    """``cls(where, **options)``, or its async twin seen through an :class:`AsyncView`.
+class MakeLock(Protocol):
+    """``make_lock(cls, where, *args, **options)``: ``cls`` built in a test's flavour."""
+
+    def __call__(self, cls: type[T], where: Any, /, *args: Any, **options: Any) -> T: ...
+
+
+def flavoured(
+    flavour: str, twins: Twins, cls: type[T], where: Any, /, *args: Any, **options: Any
+) -> T:
+    """``cls(where, *args, **options)``, or its async twin seen through an :class:`AsyncView`.
 
     ``where`` is a sync collection or database; the async twin gets the one of the same
-    name on an async client configured like ``where``'s client. Positional arguments after
-    ``where`` (a named-lock collection's name) go in ``options["args"]``.
+    name on an async client configured like ``where``'s client.
     """
-    args = options.pop("args", ())
     if flavour == "sync":
         return cast(T, cast(Any, cls)(where, *args, **options))
     twin_cls = getattr(docmultilock, f"Async{cls.__name__}")
     manager = twin_cls(twins.of(where), *args, **options)
-    return cast(T, AsyncView(manager, twins.portal))
+    collection = where if isinstance(where, Collection) else where[args[0]]
+    return cast(T, AsyncView(manager, twins.portal, collection))
 
 
-__all__ = ["AsyncView", "HeldView", "HoldView", "Portal", "Twins", "flavoured"]
+__all__ = ["AsyncView", "HeldView", "HoldView", "MakeLock", "Portal", "Twins", "flavoured"]

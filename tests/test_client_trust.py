@@ -28,6 +28,7 @@ from docmultilock import (
     WriteLock,
 )
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
+from tests.flavours import MakeLock
 from tests.helpers import server_now, stored_lock, wait_until
 
 Doc = dict[str, Any]
@@ -70,9 +71,9 @@ def test_a_pending_writer_continued_with_its_own_tag_still_waits(
 
 
 def test_a_reader_relabelled_as_a_writer_is_not_extended(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    locks = MultiLock(collection, lock_timeouts={"read": 2.0, "write": 60.0})
+    locks = make_lock(MultiLock, collection, lock_timeouts={"read": 2.0, "write": 60.0})
     reader = locks.acquire(doc, tag="read")
     before = stored_lock(collection)["holders"][0]["expires"]
     with pytest.raises(LockNotFound):
@@ -97,17 +98,19 @@ def test_a_relabelled_lock_still_releases_its_own_entry(
 
 
 def test_a_tampered_expiry_never_turns_a_lost_release_into_success(
-    uri: str, collection: Collection[Doc], doc: Doc, fail_point: Any
+    make_lock: MakeLock, uri: str, collection: Collection[Doc], doc: Doc, fail_point: Any
 ) -> None:
     own: MongoClient[Doc] = MongoClient(uri, **CLIENT_OPTIONS)
     try:
-        locks = WriteLock(own[collection.database.name][collection.name], lock_timeout=1.0)
+        locks = make_lock(
+            WriteLock, own[collection.database.name][collection.name], lock_timeout=1.0
+        )
         lock = locks.acquire(doc)
         fail_point(**APPLIED_THEN_FAILED)
         with pytest.raises(DbError):
             locks.release(doc, lock)
         wait_until(lambda: server_now(own) > lock.expires_at)
-        WriteLock(collection).acquire(doc)  # someone else holds it now
+        make_lock(WriteLock, collection).acquire(doc)  # someone else holds it now
         forever = datetime(2099, 1, 1, tzinfo=timezone.utc)
         with pytest.raises(LockWasReacquired):
             locks.release(doc, dataclasses.replace(lock, expires_at=forever))
@@ -116,14 +119,14 @@ def test_a_tampered_expiry_never_turns_a_lost_release_into_success(
 
 
 def test_a_release_retried_by_a_manager_that_never_saw_the_lock_reports_the_loss(
-    uri: str, collection: Collection[Doc], doc: Doc, fail_point: Any
+    make_lock: MakeLock, uri: str, collection: Collection[Doc], doc: Doc, fail_point: Any
 ) -> None:
     # Only what this manager recorded from the server can vouch for a lost reply; a lock
     # loaded from a request carries nothing this manager can trust.
-    locks = WriteLock(collection)
+    locks = make_lock(WriteLock, collection)
     lock = locks.acquire(doc)
     fail_point(**APPLIED_THEN_FAILED)
-    other = WriteLock(collection)
+    other = make_lock(WriteLock, collection)
     with pytest.raises(DbError):
         other.release(doc, lock)
     with pytest.raises(LockWasReacquired):
@@ -168,11 +171,12 @@ def test_a_filter_naming_another_id_is_refused(
 
 
 def test_a_refused_relabel_writes_nothing_even_when_a_cooperative_tag_is_live(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     # A table where the relabelled tag would be refused: the refusal must not drop the
     # real entry either.
-    locks = MultiLock(
+    locks = make_lock(
+        MultiLock,
         collection,
         lock_relationships={
             "read": {"cooperative": ["write", "audit"]},

@@ -24,7 +24,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from tests.conftest import MakeLock
+from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, CommandLog, stored_lock, user_fields
 
 Doc = dict[str, Any]
@@ -35,7 +35,7 @@ Factory = Callable[..., Manager]
 @pytest.fixture(params=["WriteLock", "MultiLock"])
 def make(request: pytest.FixtureRequest, make_lock: MakeLock) -> Factory:
     """Build either lock class, in either flavour, over a collection, with the same options."""
-    cls = WriteLock if request.param == "WriteLock" else MultiLock
+    cls: type[Manager] = WriteLock if request.param == "WriteLock" else MultiLock
     return lambda collection, **options: make_lock(cls, collection, **options)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import random
 import threading
@@ -35,6 +37,7 @@ from docmultilock._flows import Clock
 from docmultilock._holding import Backoff
 from docmultilock._keepalive import SLOTS, THREAD_NAME
 from docmultilock.testing import EmbeddedServer
+from tests.flavours import MakeLock, Portal, Twins, flavoured
 from tests.helpers import USER_FIELDS, CommandLog, stored_lock, wait_until
 
 Doc = dict[str, Any]
@@ -87,26 +90,35 @@ class Subject:
             return True
 
 
-def _in_document(cls: type[Manager], tag: str | None) -> Callable[[Collection[Doc]], Subject]:
-    def build(collection: Collection[Doc]) -> Subject:
+Build = Callable[[Collection[Doc]], Subject]
+
+
+Builder = Callable[[MakeLock, Collection[Doc]], Subject]
+
+
+def _in_document(cls: type[Manager], tag: str | None) -> Builder:
+    def build(make_lock: MakeLock, collection: Collection[Doc]) -> Subject:
         def new_key(i: int) -> Doc:
             collection.insert_one({"_id": i, **USER_FIELDS})
             return {"_id": i}
 
-        return Subject(cls, collection, tag, new_key, state=lambda key: key)
+        def make(collection: Collection[Doc], **options: Any) -> Manager:
+            return make_lock(cls, collection, **options)
+
+        return Subject(make, collection, tag, new_key, state=lambda key: key)
 
     return build
 
 
-#: Every lock manager hold() runs on; a new manager is one more line here.
-def _named(collection: Collection[Doc]) -> Subject:
+def _named(make_lock: MakeLock, collection: Collection[Doc]) -> Subject:
     def make(collection: Collection[Doc], **options: Any) -> NamedLocks:
-        return NamedLocks(collection.database, collection.name, **options)
+        return make_lock(NamedLocks, collection.database, collection.name, **options)
 
     return Subject(make, collection, None, lambda i: f"job-{i}", state=lambda name: {"_id": name})
 
 
-SUBJECTS: dict[str, Callable[[Collection[Doc]], Subject]] = {
+#: Every lock manager hold() runs on; a new manager is one more line here.
+SUBJECTS: dict[str, Builder] = {
     "WriteLock": _in_document(WriteLock, None),
     "MultiLock": _in_document(MultiLock, "write"),
     "NamedLocks": _named,
@@ -114,13 +126,30 @@ SUBJECTS: dict[str, Callable[[Collection[Doc]], Subject]] = {
 
 
 @pytest.fixture(params=sorted(SUBJECTS))
-def build(request: pytest.FixtureRequest) -> Callable[[Collection[Doc]], Subject]:
-    return SUBJECTS[request.param]
+def build(request: pytest.FixtureRequest, make_lock: MakeLock) -> Build:
+    """Builds the subject of each manager, in the test's flavour."""
+    return functools.partial(SUBJECTS[request.param], make_lock)
 
 
 @pytest.fixture
-def subject(build: Callable[[Collection[Doc]], Subject], collection: Collection[Doc]) -> Subject:
+def subject(build: Build, collection: Collection[Doc]) -> Subject:
     return build(collection)
+
+
+@pytest.fixture(params=sorted(SUBJECTS))
+def sync_subject(
+    request: pytest.FixtureRequest, twins: Twins, collection: Collection[Doc]
+) -> Subject:
+    """The subject of each manager in the sync flavour only (its keep-alive is threads)."""
+    return SUBJECTS[request.param](functools.partial(flavoured, "sync", twins), collection)
+
+
+@pytest.fixture(params=sorted(SUBJECTS))
+def async_subject(
+    request: pytest.FixtureRequest, twins: Twins, collection: Collection[Doc]
+) -> Subject:
+    """The subject of each manager in the async flavour only (its keep-alive is tasks)."""
+    return SUBJECTS[request.param](functools.partial(flavoured, "async", twins), collection)
 
 
 @dataclass
@@ -137,7 +166,8 @@ class FakePacing:
         locks._clock = Clock(lambda: self.now, self.sleep, self.asleep, self.uniform)
 
     async def asleep(self, seconds: float) -> None:
-        self.sleep(seconds)
+        # On a worker thread: ``then`` may call the async flavour, which runs on this loop.
+        await asyncio.to_thread(self.sleep, seconds)
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
@@ -147,6 +177,29 @@ class FakePacing:
     def uniform(self, low: float, high: float) -> float:
         self.bounds.append((low, high))
         return self.draw(low, high)
+
+
+def assert_cancelled_wait_releases_pending(portal: Portal, locks: Any, doc: Doc) -> None:
+    """Cancel a task waiting in ``hold(tag="write", wait=...)`` while its entry is pending."""
+    manager = locks.wrapped
+    attempts: list[int] = []
+
+    async def wait_in_hold() -> None:
+        async with manager.hold(doc, tag="write", wait=30.0, backoff=(0.05, 0.05)):
+            raise AssertionError("granted beside a reader")
+
+    async def cancel_after_the_pending_entry() -> None:
+        task = asyncio.get_running_loop().create_task(wait_in_hold())
+        while len(attempts) < 2:  # registered pending, then continued once
+            await asyncio.sleep(0.02)
+            entries = stored_lock(locks.collection)["holders"]
+            if any(h["pending"] for h in entries):
+                attempts.append(1)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    portal.call(cancel_after_the_pending_entry())
 
 
 def extender_threads() -> int:
@@ -170,8 +223,8 @@ def test_hold_holds_the_lock_in_the_block_and_releases_it_after(subject: Subject
     assert subject.holders() == []
 
 
-def test_the_only_declared_tag_is_the_default(collection: Collection[Doc], doc: Doc) -> None:
-    with WriteLock(collection).hold(doc) as held:
+def test_the_only_declared_tag_is_the_default(write_lock: WriteLock, doc: Doc) -> None:
+    with write_lock.hold(doc) as held:
         assert held.lock.tag == "write"
 
 
@@ -216,7 +269,7 @@ def test_a_bad_key_is_refused(subject: Subject) -> None:
 
 
 def test_without_wait_a_refusal_is_raised_after_one_attempt(
-    build: Callable[[Collection[Doc]], Subject], counted: tuple[Collection[Doc], CommandLog]
+    build: Build, counted: tuple[Collection[Doc], CommandLog]
 ) -> None:
     collection, log = counted
     subject = build(collection)
@@ -229,7 +282,7 @@ def test_without_wait_a_refusal_is_raised_after_one_attempt(
 
 
 def test_wait_retries_with_backoff_until_the_lock_is_free(
-    build: Callable[[Collection[Doc]], Subject], counted: tuple[Collection[Doc], CommandLog]
+    build: Build, counted: tuple[Collection[Doc], CommandLog]
 ) -> None:
     collection, log = counted
     subject = build(collection)
@@ -315,9 +368,16 @@ def test_a_pending_assertive_lock_is_released_on_timeout(rw_lock: MultiLock, doc
 
 
 def test_a_pending_assertive_lock_is_released_when_the_wait_is_interrupted(
-    rw_lock: MultiLock, doc: Doc
+    collection: Collection[Doc], doc: Doc, flavour: str, twins: Twins
 ) -> None:
-    reader = rw_lock.acquire(doc, tag="read")
+    # An interrupt in a thread is KeyboardInterrupt; in a task, its cancellation.
+    locks = flavoured(flavour, twins, MultiLock, collection)
+    reader = locks.acquire(doc, tag="read")
+    if flavour == "async":
+        assert_cancelled_wait_releases_pending(twins.portal, locks, doc)
+        assert [h["id"] for h in stored_lock(collection)["holders"]] == [reader.id]
+        return
+    rw_lock = locks
 
     def interrupt(n: int) -> None:
         raise KeyboardInterrupt
@@ -373,7 +433,7 @@ def test_a_stolen_lock_sets_lost_and_calls_on_lost_once(subject: Subject) -> Non
 
 @pytest.mark.slow
 def test_a_stopped_server_sets_lost_and_the_loss_is_raised(
-    build: Callable[[Collection[Doc]], Subject],
+    build: Build,
 ) -> None:
     calls: list[LockError] = []
     with EmbeddedServer() as server:
@@ -431,7 +491,8 @@ def test_an_exception_from_on_lost_is_logged_not_raised(
 
 
 @pytest.mark.slow
-def test_threads_holding_different_locks_share_one_extender_thread(subject: Subject) -> None:
+def test_threads_holding_different_locks_share_one_extender_thread(sync_subject: Subject) -> None:
+    subject = sync_subject
     wait_until(lambda: keepalive_threads() == 0)
     keys = [subject.new_key(i) for i in range(2, 7)]
     all_held = threading.Barrier(len(keys) + 1)
@@ -465,12 +526,30 @@ def test_threads_holding_different_locks_share_one_extender_thread(subject: Subj
 
 
 def test_the_extender_thread_stops_when_nothing_is_held_and_starts_again(
-    subject: Subject,
+    sync_subject: Subject,
 ) -> None:
     for _ in range(2):
-        with subject.hold(keepalive=True):
+        with sync_subject.hold(keepalive=True):
             assert extender_threads() == 1
         wait_until(lambda: keepalive_threads() == 0)
+
+
+def test_the_keepalive_task_ends_when_nothing_is_held_and_starts_again(
+    async_subject: Subject, portal: Portal
+) -> None:
+    subject = async_subject
+
+    def keepalive_tasks() -> int:
+        async def count() -> int:
+            return sum(t.get_name() == THREAD_NAME for t in asyncio.all_tasks())
+
+        return portal.call(count())
+
+    for _ in range(2):
+        with subject.hold(keepalive=True):
+            assert keepalive_tasks() == 1
+        wait_until(lambda: keepalive_tasks() == 0)
+    assert keepalive_threads() == 0
 
 
 # -- loss and release ------------------------------------------------------------------------

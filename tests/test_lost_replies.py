@@ -24,6 +24,7 @@ from docmultilock import (
     WriteLock,
 )
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
+from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, server_now, stored_lock, user_fields, wait_until
 
 Doc = dict[str, Any]
@@ -47,13 +48,13 @@ def plain(uri: str, request: pytest.FixtureRequest) -> Iterator[MongoClient[Doc]
 
 
 @pytest.fixture
-def locks(plain: MongoClient[Doc], collection: Collection[Doc]) -> WriteLock:
-    return WriteLock(plain[collection.database.name][collection.name])
+def locks(make_lock: MakeLock, plain: MongoClient[Doc], collection: Collection[Doc]) -> WriteLock:
+    return make_lock(WriteLock, plain[collection.database.name][collection.name])
 
 
 @pytest.fixture
-def named(plain: MongoClient[Doc], collection: Collection[Doc]) -> NamedLocks:
-    return NamedLocks(plain[collection.database.name], collection.name)
+def named(make_lock: MakeLock, plain: MongoClient[Doc], collection: Collection[Doc]) -> NamedLocks:
+    return make_lock(NamedLocks, plain[collection.database.name], collection.name)
 
 
 def holder_ids(collection: Collection[Doc], _id: Any = 1) -> list[str]:
@@ -128,9 +129,13 @@ def test_an_acquire_cut_off_twice_is_granted_once(
 
 
 def test_a_pending_acquire_whose_reply_was_lost_stays_one_pending_entry(
-    plain: MongoClient[Doc], collection: Collection[Doc], doc: Doc, fail_point: Arm
+    make_lock: MakeLock,
+    plain: MongoClient[Doc],
+    collection: Collection[Doc],
+    doc: Doc,
+    fail_point: Arm,
 ) -> None:
-    rw = MultiLock(plain[collection.database.name][collection.name])
+    rw = make_lock(MultiLock, plain[collection.database.name][collection.name])
     rw.acquire(doc, tag="read")
     fail_point(**LOST_REPLY)
     with pytest.raises(AssertiveLock) as waiting:

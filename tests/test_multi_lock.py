@@ -22,6 +22,7 @@ from docmultilock import (
     TooManyHolders,
     WriteLock,
 )
+from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, stored_lock, user_fields, wait_until
 
 Doc = dict[str, Any]
@@ -46,9 +47,11 @@ def test_readers_share_a_document(rw_lock: MultiLock, doc: Doc) -> None:
     assert first.id != second.id
 
 
-def test_tags_without_a_relationship_are_concurrent(collection: Collection[Doc], doc: Doc) -> None:
-    locks = MultiLock(
-        collection, lock_relationships={"audit": {}, "write": {"cooperative": ["write"]}}
+def test_tags_without_a_relationship_are_concurrent(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = make_lock(
+        MultiLock, collection, lock_relationships={"audit": {}, "write": {"cooperative": ["write"]}}
     )
     locks.acquire(doc, tag="write")
     locks.acquire(doc, tag="audit")
@@ -208,11 +211,12 @@ def test_continuing_a_lost_lock_records_nothing(
 
 
 def test_an_asymmetric_cooperative_holder_makes_a_continuing_waiter_give_up(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     # "b" waits for "a"; "c" ignores "b", but "b" refuses "c". A "c" that arrives while "b"
     # is pending refuses "b" when it continues, and "b"'s pending entry is dropped.
-    locks = MultiLock(
+    locks = make_lock(
+        MultiLock,
         collection,
         lock_relationships={"a": {}, "c": {}, "b": {"assertive": ["a"], "cooperative": ["c"]}},
     )
@@ -226,11 +230,12 @@ def test_an_asymmetric_cooperative_holder_makes_a_continuing_waiter_give_up(
 
 
 def test_assertive_waits_also_for_pending_entries_of_the_other_tag(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     # "top" waits for "mid", which itself waits for "low": a pending "mid" must be waited
     # for too, or it could be granted under "top" later.
-    locks = MultiLock(
+    locks = make_lock(
+        MultiLock,
         collection,
         lock_relationships={
             "low": {},
@@ -251,11 +256,13 @@ def test_assertive_waits_also_for_pending_entries_of_the_other_tag(
 
 @pytest.mark.slow
 def test_an_expired_entry_beside_a_live_one_never_lets_a_conflicting_holder_in(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     # A dotted match such as {"lock.holders.expires": {"$lt": now}} is true when *any*
     # entry expired; the decision must look at each entry.
-    locks = MultiLock(collection, lock_relationships={"x": {}, "y": {"cooperative": ["x"]}})
+    locks = make_lock(
+        MultiLock, collection, lock_relationships={"x": {}, "y": {"cooperative": ["x"]}}
+    )
     locks.acquire(doc, tag="x", lock_timeout=0.2)
     locks.acquire(doc, tag="x", lock_timeout=30.0)
     time.sleep(0.4)
@@ -265,9 +272,9 @@ def test_an_expired_entry_beside_a_live_one_never_lets_a_conflicting_holder_in(
 
 @pytest.mark.slow
 def test_an_expired_reader_beside_a_live_one_keeps_the_writer_pending(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    locks = MultiLock(collection)
+    locks = make_lock(MultiLock, collection)
     locks.acquire(doc, tag="read", lock_timeout=0.2)
     locks.acquire(doc, tag="read", lock_timeout=30.0)
     time.sleep(0.4)
@@ -277,9 +284,9 @@ def test_an_expired_reader_beside_a_live_one_keeps_the_writer_pending(
 
 @pytest.mark.slow
 def test_a_writer_gets_through_once_a_dead_readers_entry_expires(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    locks = MultiLock(collection, lock_timeouts={"read": 0.5, "write": 10.0})
+    locks = make_lock(MultiLock, collection, lock_timeouts={"read": 0.5, "write": 10.0})
     locks.acquire(doc, tag="read")  # this reader dies: it never releases
     pending = pending_of(locks, doc, "write")
     started = time.monotonic()
@@ -295,9 +302,9 @@ def test_a_writer_gets_through_once_a_dead_readers_entry_expires(
 
 @pytest.mark.slow
 def test_a_waiter_that_stops_asking_stops_blocking_others(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    locks = MultiLock(collection, lock_timeouts={"read": 10.0, "write": 0.3})
+    locks = make_lock(MultiLock, collection, lock_timeouts={"read": 10.0, "write": 0.3})
     reader = locks.acquire(doc, tag="read")
     pending_of(locks, doc, "write")  # this writer dies while pending
     with pytest.raises(CooperativeLock):
@@ -316,9 +323,9 @@ def _can_read(locks: MultiLock, doc: Doc) -> bool:
 
 @pytest.mark.slow
 def test_continuing_an_expired_pending_lock_raises_lock_not_found(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    locks = MultiLock(collection, lock_timeouts={"read": 10.0, "write": 0.2})
+    locks = make_lock(MultiLock, collection, lock_timeouts={"read": 10.0, "write": 0.2})
     locks.acquire(doc, tag="read")
     pending = pending_of(locks, doc, "write")
     time.sleep(0.4)
@@ -356,8 +363,10 @@ def test_expired_holders_are_pruned_by_the_next_write(
     assert [h["id"] for h in stored_lock(collection)["holders"]] == [survivor.id]
 
 
-def test_each_tag_gets_its_own_lifetime(collection: Collection[Doc], doc: Doc) -> None:
-    locks = MultiLock(collection, lock_timeouts={"read": 2.0}, lock_timeout=7.0)
+def test_each_tag_gets_its_own_lifetime(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = make_lock(MultiLock, collection, lock_timeouts={"read": 2.0}, lock_timeout=7.0)
     reader = locks.acquire(doc, tag="read")
     locks.release(doc, reader)
     writer = locks.acquire(doc, tag="write")
@@ -470,10 +479,10 @@ def test_neither_tag_nor_lock_is_refused(
 
 
 def test_a_lock_of_a_tag_the_manager_does_not_declare_is_refused(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    reader = MultiLock(collection).acquire(doc, tag="read")
-    exclusive = WriteLock(collection)
+    reader = make_lock(MultiLock, collection).acquire(doc, tag="read")
+    exclusive = make_lock(WriteLock, collection)
     with pytest.raises(InvalidArgument, match="'read'"):
         exclusive.release(doc, reader)
 
@@ -492,8 +501,8 @@ def test_the_stored_expiry_is_the_latest_holders(
 
 
 @pytest.fixture
-def capped(collection: Collection[Doc]) -> MultiLock:
-    return MultiLock(collection, max_holders=3)
+def capped(make_lock: MakeLock, collection: Collection[Doc]) -> MultiLock:
+    return make_lock(MultiLock, collection, max_holders=3)
 
 
 def test_a_document_takes_at_most_max_holders_entries(capped: MultiLock, doc: Doc) -> None:

@@ -29,6 +29,7 @@ from docmultilock import (
 from docmultilock._indexes import TTL_INDEX
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests._workers import race_for_names
+from tests.flavours import MakeLock
 from tests.helpers import CommandLog, server_now, wait_until
 
 Doc = dict[str, Any]
@@ -40,14 +41,14 @@ RW_TABLE = {
 
 
 @pytest.fixture
-def named(collection: Collection[Doc]) -> NamedLocks:
+def named(make_lock: MakeLock, collection: Collection[Doc]) -> NamedLocks:
     """The default, exclusive named locks, kept in the test's fresh collection."""
-    return NamedLocks(collection.database, collection.name, lock_timeout=10.0)
+    return make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
 
 
 @pytest.fixture
-def rw_named(collection: Collection[Doc]) -> NamedLocks:
-    return NamedLocks(collection.database, collection.name, lock_relationships=RW_TABLE)
+def rw_named(make_lock: MakeLock, collection: Collection[Doc]) -> NamedLocks:
+    return make_lock(NamedLocks, collection.database, collection.name, lock_relationships=RW_TABLE)
 
 
 def stored(collection: Collection[Doc], name: str) -> Doc | None:
@@ -319,11 +320,12 @@ def test_of_many_processes_racing_for_a_new_name_exactly_one_wins(
 
 @pytest.fixture
 def counted_named(
+    make_lock: MakeLock,
     counted: tuple[Collection[Doc], CommandLog],
 ) -> tuple[NamedLocks, NamedLocks, CommandLog]:
     coll, log = counted
-    exclusive = NamedLocks(coll.database, coll.name)
-    shared = NamedLocks(coll.database, coll.name, lock_relationships=RW_TABLE)
+    exclusive = make_lock(NamedLocks, coll.database, coll.name)
+    shared = make_lock(NamedLocks, coll.database, coll.name, lock_relationships=RW_TABLE)
     exclusive.ensure_indexes()
     log.names.clear()
     return exclusive, shared, log
@@ -354,12 +356,12 @@ def test_every_named_operation_is_exactly_one_command(
 
 
 def test_the_ttl_index_is_created_after_the_first_acquire(
-    uri: str, collection: Collection[Doc]
+    make_lock: MakeLock, uri: str, collection: Collection[Doc]
 ) -> None:
     log = CommandLog()
     fresh: MongoClient[Doc] = MongoClient(uri, event_listeners=[log], **CLIENT_OPTIONS)
     try:
-        named = NamedLocks(fresh[collection.database.name], collection.name)
+        named = make_lock(NamedLocks, fresh[collection.database.name], collection.name)
         named.acquire("a")
         named.acquire("b")
         assert log.names.count("createIndexes") == 1
@@ -388,6 +390,7 @@ def cycles(named: NamedLocks, count: int) -> None:
 
 
 def test_a_refused_ttl_index_is_not_tried_again_by_every_acquire(
+    make_lock: MakeLock,
     logged: tuple[MongoClient[Doc], CommandLog],
     collection: Collection[Doc],
     fail_point: Callable[..., None],
@@ -395,7 +398,7 @@ def test_a_refused_ttl_index_is_not_tried_again_by_every_acquire(
 ) -> None:
     fresh, log = logged
     fail_point(times=100, commands=("createIndexes",), errorCode=13)  # Unauthorized
-    named = NamedLocks(fresh[collection.database.name], collection.name)
+    named = make_lock(NamedLocks, fresh[collection.database.name], collection.name)
     with caplog.at_level(logging.DEBUG, logger="docmultilock"):
         cycles(named, 5)
     assert log.names.count("createIndexes") == 1
@@ -406,6 +409,7 @@ def test_a_refused_ttl_index_is_not_tried_again_by_every_acquire(
 
 
 def test_a_refused_ttl_index_is_tried_again_after_the_retry_delay(
+    make_lock: MakeLock,
     logged: tuple[MongoClient[Doc], CommandLog],
     collection: Collection[Doc],
     fail_point: Callable[..., None],
@@ -414,7 +418,7 @@ def test_a_refused_ttl_index_is_tried_again_after_the_retry_delay(
     fresh, log = logged
     monkeypatch.setattr(docmultilock._indexes, "INDEX_RETRY_SECONDS", 0.0)
     fail_point(times=1, commands=("createIndexes",), errorCode=13)
-    named = NamedLocks(fresh[collection.database.name], collection.name)
+    named = make_lock(NamedLocks, fresh[collection.database.name], collection.name)
     cycles(named, 3)
     assert log.names.count("createIndexes") == 2  # refused once, then made, then known
     assert TTL_INDEX in collection.index_information()
@@ -451,10 +455,10 @@ def test_a_lock_of_another_name_is_refused(named: NamedLocks) -> None:
 
 
 def test_a_write_lock_from_a_document_is_refused(
-    named: NamedLocks, collection: Collection[Doc]
+    make_lock: MakeLock, named: NamedLocks, collection: Collection[Doc]
 ) -> None:
     collection.database["other"].insert_one({"_id": "order-42"})
-    lock = WriteLock(collection.database["other"]).acquire({"_id": "order-42"})
+    lock = make_lock(WriteLock, collection.database["other"]).acquire({"_id": "order-42"})
     collection.database["other"].drop()
     named.acquire("order-42")
     with pytest.raises(LockWasReacquired):
@@ -488,14 +492,16 @@ def test_bad_construction_is_refused(
         NamedLocks(**{"database": collection.database, **arguments})
 
 
-def test_error_factory_replaces_named_lock_errors(collection: Collection[Doc]) -> None:
+def test_error_factory_replaces_named_lock_errors(
+    make_lock: MakeLock, collection: Collection[Doc]
+) -> None:
     class Refused(Exception):
         pass
 
     def to_refused(error: LockError) -> Refused:
         return Refused(error.code)
 
-    named = NamedLocks(collection.database, collection.name, error_factory=to_refused)
+    named = make_lock(NamedLocks, collection.database, collection.name, error_factory=to_refused)
     named.acquire("order-42")
     with pytest.raises(Refused, match="LockAlreadyTaken"):
         named.acquire("order-42")

@@ -18,6 +18,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
+from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, server_now, stored_lock, user_fields
 
 Doc = dict[str, Any]
@@ -180,18 +181,20 @@ def test_operations_leave_the_users_fields_alone(
     assert user_fields(collection) == {"_id": 1, **USER_FIELDS}
 
 
-def test_a_custom_field_name_holds_the_lock(collection: Collection[Doc], doc: Doc) -> None:
-    locks = WriteLock(collection, field="_mutex")
+def test_a_custom_field_name_holds_the_lock(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = make_lock(WriteLock, collection, field="_mutex")
     lock = locks.acquire(doc)
     assert stored_lock(collection, field="_mutex")["holders"][0]["id"] == lock.id
     assert stored_lock(collection) is None
 
 
 def test_two_lock_fields_on_one_document_are_independent(
-    collection: Collection[Doc], doc: Doc
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
-    first = WriteLock(collection, field="edit")
-    second = WriteLock(collection, field="publish")
+    first = make_lock(WriteLock, collection, field="edit")
+    second = make_lock(WriteLock, collection, field="publish")
     first.acquire(doc)
     second.acquire(doc)
 

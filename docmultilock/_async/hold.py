@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from docmultilock._async.driver import AsyncMongoIO, run
 from docmultilock._flavour import AsyncOnly
@@ -22,6 +22,8 @@ from docmultilock._operations import LockOperations
 from docmultilock.errors import DbTimeout, LockError
 
 __all__ = ["AsyncHeldLock", "AsyncHold"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("docmultilock")
 
@@ -75,7 +77,7 @@ class AsyncHeldLock:
         """
         return self._ops.guard(self._holding.spec.key, self.lock)
 
-    def require(self, result: Any) -> Any:
+    def require(self, result: T) -> T:
         """Return ``result`` of a guarded write; raise the lock's loss if it matched nothing.
 
         ``result`` is what pymongo answered: an ``UpdateResult`` or ``DeleteResult`` (its

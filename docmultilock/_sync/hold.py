@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from docmultilock._flavour import SyncOnly
 from docmultilock._flows import Clock
@@ -24,6 +24,8 @@ from docmultilock._sync.driver import MongoIO, run
 from docmultilock.errors import DbTimeout, LockError
 
 __all__ = ["HeldLock", "Hold"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("docmultilock")
 
@@ -77,7 +79,7 @@ class HeldLock:
         """
         return self._ops.guard(self._holding.spec.key, self.lock)
 
-    def require(self, result: Any) -> Any:
+    def require(self, result: T) -> T:
         """Return ``result`` of a guarded write; raise the lock's loss if it matched nothing.
 
         ``result`` is what pymongo answered: an ``UpdateResult`` or ``DeleteResult`` (its

@@ -1,0 +1,443 @@
+"""The multi-command decisions, without a server: each flow is fed scripted replies and errors.
+
+A :class:`Script` plays the server and the clock for one flow: every effect the flow yields
+is recorded and answered with the next scripted answer (a reply, or an exception thrown in
+at the ``yield``); a ``Sleep`` moves the fake clock instead. What a flow sends and decides is
+therefore specified here command by command, for both flavours at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pymongo.errors import AutoReconnect, DuplicateKeyError, OperationFailure
+
+from docmultilock import (
+    AssertiveLock,
+    DbError,
+    LockAlreadyTaken,
+    LockNotFound,
+    LockTimeout,
+    LockWasReacquired,
+)
+from docmultilock import _operations as operations
+from docmultilock._core import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
+from docmultilock._flows import Clock, Effect, Flow, Reread, Send, ServerTime, Sleep, send
+from docmultilock._holding import Holding, plan_hold, release_flow, wait_flow
+from docmultilock._lock import Lock
+from docmultilock._operations import LockOperations
+from docmultilock._rules import READ_WRITE, WRITE_ONLY
+from docmultilock.options import load_options
+
+Doc = dict[str, Any]
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+DOC = {"_id": 1}
+
+
+@dataclass
+class Script:
+    """The server and the clock of one flow run: scripted answers, recorded effects."""
+
+    answers: list[Any]
+    now: float = 100.0
+    effects: list[Effect] = field(default_factory=list)
+    draws: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def clock(self) -> Clock:
+        return Clock(lambda: self.now, self._never, self._anever, self._uniform)
+
+    def run(self, flow: Flow[Any]) -> Any:
+        """Drive ``flow`` as a driver does; its return value, or its exception."""
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.send(result) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value
+            self.effects.append(effect)
+            result, error = None, None
+            if isinstance(effect, Sleep):
+                self.now += effect.seconds
+                continue
+            answer = self.answers.pop(0)
+            if isinstance(answer, BaseException):
+                error = answer
+            elif callable(answer):
+                result = answer(effect)
+            else:
+                result = answer
+
+    def sent(self) -> list[str]:
+        """The effects, as short names (``send``, ``sleep 0.05``, ``reread``, ``time``)."""
+        names = []
+        for effect in self.effects:
+            if isinstance(effect, Sleep):
+                names.append(f"sleep {effect.seconds:g}")
+            elif isinstance(effect, Send):
+                names.append("delete" if effect.command.delete else "send")
+            elif isinstance(effect, Reread):
+                names.append("reread")
+            elif isinstance(effect, ServerTime):
+                names.append("time")
+            else:
+                names.append(type(effect).__name__)
+        return names
+
+    def _uniform(self, low: float, high: float) -> float:
+        self.draws.append((low, high))
+        return high
+
+    def _never(self, seconds: float) -> None:
+        raise AssertionError("a flow sleeps by yielding Sleep, never by the clock")
+
+    async def _anever(self, seconds: float) -> None:
+        raise AssertionError("a flow sleeps by yielding Sleep, never by the clock")
+
+
+LOCK_ID = "a" * 32
+
+
+@pytest.fixture(autouse=True)
+def known_lock_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New locks get ``LOCK_ID``, so scripted replies can name them."""
+    monkeypatch.setattr(operations, "new_lock_id", lambda: LOCK_ID)
+
+
+def entry(tag: str = "write", *, pending: bool = False, lock_id: str = LOCK_ID) -> Doc:
+    return {
+        "id": lock_id,
+        "tag": tag,
+        "acquired": NOW,
+        "expires": NOW + timedelta(seconds=10),
+        "fence": 7,
+        "pending": pending,
+    }
+
+
+def reply(*mine: Doc, tags: tuple[str, ...] = (), doc_id: Any = 1) -> Doc:
+    """A projected reply: our entry (if any) and the live tags beside it."""
+    return {"_id": doc_id, "ours": True, "mine": list(mine), "tags": list(tags)}
+
+
+class _Client:
+    """Stands for the client a manager's TTL-index record is kept for (held weakly)."""
+
+
+CLIENT = _Client()
+
+
+def _options(table: Any) -> Any:
+    return load_options(
+        lock_relationships=table,
+        lock_timeouts={},
+        lock_timeout=10.0,
+        timeout=5.0,
+        w="majority",
+        field="lock",
+        error_factory=None,
+    )
+
+
+def write_ops() -> LockOperations:
+    options = _options(WRITE_ONLY)
+    return LockOperations(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
+
+
+def rw_ops() -> LockOperations:
+    options = _options(READ_WRITE)
+    return LockOperations(options, home=DOCUMENTS, verdicts=SHARED, where=(CLIENT, "db.t"))
+
+
+def named_ops() -> LockOperations:
+    options = _options(WRITE_ONLY)
+    # A client of its own: the first grant then makes sure of the TTL index, once.
+    return LockOperations(options, home=NAMES, verdicts=EXCLUSIVE, where=(_Client(), "db.n"))
+
+
+def granted() -> Lock:
+    return Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(seconds=10), 7, False)
+
+
+def cut() -> AutoReconnect:
+    return AutoReconnect("connection closed")
+
+
+# -- send: the one place a command goes out ---------------------------------------------
+
+
+def _send(ops: LockOperations, script: Script, **kwargs: Any) -> Flow[Any]:
+    plan = ops.core.acquire(
+        DOC, user_filter=DOC, tag="write", lock_id=LOCK_ID, lifetime_ms=None, continuing=None
+    )
+    return send(plan.command, doing="acquire", w=1, limit=5.0, clock=script.clock, **kwargs)
+
+
+def test_a_transient_failure_is_retried_after_a_growing_pause() -> None:
+    script = Script([cut(), cut(), reply(entry())])
+    assert script.run(_send(write_ops(), script)) == reply(entry())
+    assert script.sent() == ["send", "sleep 0.05", "send", "sleep 0.1", "send"]
+
+
+def test_a_failure_that_is_not_transient_is_raised_at_once() -> None:
+    script = Script([OperationFailure("bad", code=2)])
+    with pytest.raises(DbError):
+        script.run(_send(write_ops(), script))
+    assert script.sent() == ["send"]
+
+
+def test_retrying_stops_before_the_operation_timeout() -> None:
+    script = Script([cut()] * 20)
+    with pytest.raises(DbError):
+        script.run(_send(write_ops(), script))
+    pauses = [e.seconds for e in script.effects if isinstance(e, Sleep)]
+    assert sum(pauses) < 5.0
+
+
+def test_each_send_carries_what_is_left_of_the_operation_timeout() -> None:
+    script = Script([cut(), reply(entry())])
+    script.run(_send(write_ops(), script))
+    first, second = (e for e in script.effects if isinstance(e, Send))
+    assert first.timeout == pytest.approx(5.0)
+    assert second.timeout == pytest.approx(5.0 - 0.05)
+
+
+def test_a_first_upsert_that_met_a_duplicate_key_is_sent_once_more() -> None:
+    ops = named_ops()
+    script = Script([DuplicateKeyError("E11000"), reply(entry(), doc_id="job"), None])
+    lock = script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+    assert lock.id == LOCK_ID
+    assert script.sent() == ["send", "send", "MakeTtlIndex"]
+
+
+def test_a_second_duplicate_key_is_an_error() -> None:
+    ops = named_ops()
+    script = Script([DuplicateKeyError("E11000"), DuplicateKeyError("E11000")])
+    with pytest.raises(DbError):
+        script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+
+
+def test_an_upsert_answered_with_nothing_reads_the_document_again() -> None:
+    ops = named_ops()
+    script = Script([None, reply(entry(), doc_id="job"), None])
+    lock = script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+    assert lock.id == LOCK_ID
+    assert script.sent() == ["send", "reread", "MakeTtlIndex"]
+
+
+# -- acquire ------------------------------------------------------------------------------
+
+
+def test_a_grant_is_recorded_in_the_ledger_with_its_server_stamped_expiry() -> None:
+    ops = write_ops()
+    script = Script([reply(entry())])
+    lock = script.run(ops.acquire(DOC, "write", None, None, None, None, script.clock))
+    assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=10)
+
+
+def test_a_refusal_names_the_blocking_tags() -> None:
+    script = Script([reply(tags=("write",))])
+    with pytest.raises(LockAlreadyTaken) as exc:
+        script.run(write_ops().acquire(DOC, "write", None, None, None, None, script.clock))
+    assert exc.value.blocking_tags == ("write",)
+
+
+# -- release: the lost-reply fallback ------------------------------------------------------
+
+
+def _held(ops: LockOperations) -> Lock:
+    script = Script([reply(entry())])
+    lock: Lock = script.run(ops.acquire(DOC, "write", None, None, None, None, script.clock))
+    return lock
+
+
+@pytest.mark.parametrize(
+    ("server_time", "released"),
+    [(NOW + timedelta(seconds=1), True), (NOW + timedelta(seconds=11), False)],
+    ids=["before-expiry", "after-expiry"],
+)
+def test_a_release_whose_reply_was_lost_is_judged_by_the_recorded_expiry(
+    server_time: datetime, released: bool
+) -> None:
+    ops = write_ops()
+    lock = _held(ops)
+    # The first attempt removed the entry but its reply was cut; the retry finds it gone.
+    script = Script([cut(), reply(), server_time])
+    flow = ops.release(DOC, lock, None, None, script.clock)
+    if released:
+        script.run(flow)
+    else:
+        with pytest.raises(LockWasReacquired):
+            script.run(flow)
+    assert script.sent() == ["send", "sleep 0.05", "send", "time"]
+
+
+def test_a_lost_reply_of_a_lock_this_manager_never_granted_is_a_loss() -> None:
+    ops = write_ops()
+    # A lock sent back by a client, with an expiry nobody here can vouch for.
+    forged = Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(days=3650), 7, False)
+    script = Script([cut(), reply()])
+    with pytest.raises(LockWasReacquired):
+        script.run(ops.release(DOC, forged, None, None, script.clock))
+    assert "time" not in script.sent()
+
+
+def test_a_release_that_finds_its_entry_gone_without_a_lost_reply_is_a_loss() -> None:
+    ops = write_ops()
+    lock = _held(ops)
+    script = Script([reply()])
+    with pytest.raises(LockWasReacquired):
+        script.run(ops.release(DOC, lock, None, None, script.clock))
+    assert script.sent() == ["send"]
+
+
+def test_a_named_release_deletes_first_and_falls_back_to_an_update() -> None:
+    ops = named_ops()
+    script = Script([reply(entry(), doc_id="job"), None])
+    lock: Lock = script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+    script = Script([None, reply(entry(), doc_id="job")])  # not deleted (shared): updated
+    script.run(ops.release("job", lock, None, None, script.clock))
+    assert script.sent() == ["delete", "send"]
+
+
+# -- hold(): waiting --------------------------------------------------------------------
+
+
+def _spec(ops: LockOperations, **kwargs: Any) -> Any:
+    arguments: dict[str, Any] = {
+        "tag": "write",
+        "wait": None,
+        "backoff": (0.1, 0.4),
+        "keepalive": False,
+        "extend_every": None,
+        "on_lost": None,
+        "lock_timeout": None,
+        "timeout": None,
+        "w": None,
+        **kwargs,
+    }
+    return plan_hold(ops, DOC, **arguments)
+
+
+def test_wait_sleeps_within_full_jitter_between_refusals() -> None:
+    ops = write_ops()
+    script = Script([reply(tags=("write",))] * 3 + [reply(entry())])
+    lock, _ = script.run(wait_flow(ops, _spec(ops, wait=5.0), script.clock))
+    assert lock.id == LOCK_ID
+    assert script.sent() == ["send", "sleep 0.2", "send", "sleep 0.4", "send", "sleep 0.4", "send"]
+    assert script.draws == [(0.1, 0.2), (0.1, 0.4), (0.1, 0.4)]
+
+
+def test_wait_gives_up_at_its_deadline_with_the_last_refusal() -> None:
+    ops = write_ops()
+    script = Script([reply(tags=("write",))] * 10)
+    with pytest.raises(LockTimeout) as exc:
+        script.run(wait_flow(ops, _spec(ops, wait=0.5), script.clock))
+    assert isinstance(exc.value.__cause__, LockAlreadyTaken)
+    assert exc.value.attempts == 3  # at 0, 0.2 and 0.5 seconds (the last sleep is cut)
+    assert exc.value.waited == pytest.approx(0.5)
+
+
+def test_a_pending_entry_is_continued_by_its_id_not_registered_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh = iter(["b" * 32, "c" * 32])
+    monkeypatch.setattr(operations, "new_lock_id", lambda: next(fresh))
+    ops = rw_ops()
+    pending = entry(pending=True, lock_id="b" * 32)
+    script = Script([reply(pending, tags=("read",)), reply({**pending, "pending": False})])
+    lock, _ = script.run(wait_flow(ops, _spec(ops, wait=5.0), script.clock))
+    assert (lock.id, lock.pending) == ("b" * 32, False)
+    second = [e.command for e in script.effects if isinstance(e, Send)][1]
+    assert "b" * 32 in str(second.update)
+    assert "c" * 32 not in str(second.update)
+
+
+@pytest.mark.parametrize(
+    "interruption",
+    [asyncio.CancelledError(), KeyboardInterrupt()],
+    ids=["task-cancelled", "keyboard-interrupt"],
+)
+def test_an_interrupted_wait_releases_its_pending_entry_then_reraises(
+    interruption: BaseException,
+) -> None:
+    ops = rw_ops()
+    released: list[Send] = []
+
+    def release_answer(effect: Effect) -> Doc:
+        assert isinstance(effect, Send)
+        released.append(effect)
+        return reply(entry(pending=True))
+
+    script = Script([reply(entry(pending=True), tags=("read",)), release_answer])
+    flow = wait_flow(ops, _spec(ops, wait=5.0), script.clock)
+    assert isinstance(next(flow), Send)
+    sleep = flow.send(reply(entry(pending=True), tags=("read",)))
+    assert isinstance(sleep, Sleep)
+    # The interruption arrives while the flow sleeps (where a task is cancelled).
+    release = flow.throw(interruption)
+    assert isinstance(release, Send)
+    with pytest.raises(type(interruption)):
+        flow.send(release_answer(release))
+    assert len(released) == 1
+
+
+def test_without_wait_a_pending_entry_is_released_and_the_refusal_raised() -> None:
+    ops = rw_ops()
+    script = Script([reply(entry(pending=True), tags=("read",)), reply(entry(pending=True))])
+    with pytest.raises(AssertiveLock):
+        script.run(wait_flow(ops, _spec(ops), script.clock))
+    assert script.sent() == ["send", "send"]
+
+
+# -- hold(): the expiry estimate and the release at the end ---------------------------------
+
+
+@pytest.fixture
+def holding() -> tuple[LockOperations, Holding]:
+    ops = write_ops()
+    lock = _held(ops)
+    return ops, Holding(_spec(ops), lock, sent=100.0)
+
+
+def test_the_expiry_estimate_counts_from_when_the_grant_was_sent(
+    holding: tuple[LockOperations, Holding],
+) -> None:
+    _, held = holding
+    assert held.expires == pytest.approx(110.0)
+
+
+def test_a_release_before_the_estimate_is_one_command(
+    holding: tuple[LockOperations, Holding],
+) -> None:
+    ops, held = holding
+    script = Script([reply(entry())], now=105.0)
+    assert script.run(release_flow(ops, held, quiet=False, clock=script.clock)) is None
+    assert script.sent() == ["send"]
+
+
+def test_past_the_estimate_the_release_first_asks_whether_the_lock_still_lives(
+    holding: tuple[LockOperations, Holding],
+) -> None:
+    ops, held = holding
+    # The extension finds the entry expired (not ours any more); the release prunes it.
+    script = Script([reply(), reply()], now=111.0)
+    lost = script.run(release_flow(ops, held, quiet=False, clock=script.clock))
+    assert isinstance(lost, LockNotFound)
+    assert script.sent() == ["send", "send"]
+
+
+def test_a_failed_release_is_raised_unless_the_block_raised(
+    holding: tuple[LockOperations, Holding],
+) -> None:
+    ops, held = holding
+    failure = OperationFailure("bad", code=2)
+    with pytest.raises(DbError):
+        Script([failure]).run(release_flow(ops, held, quiet=False, clock=Script([]).clock))
+    quiet = Script([failure])
+    assert quiet.run(release_flow(ops, held, quiet=True, clock=quiet.clock)) is None
