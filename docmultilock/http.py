@@ -1,27 +1,33 @@
-"""HTTP answers for lock errors: RFC 9457 problem details and ready ``error_factory`` functions.
+"""HTTP answers for lock errors: RFC 9457 problem details, a Starlette handler, error factories.
 
 :func:`to_problem` turns a :class:`~docmultilock.LockError` into a problem-details dict.
-The factories turn it into a web framework's own HTTP exception, so a handler needs no
-``try``/``except`` of its own: pass one as ``error_factory=`` and the lock manager raises the
-framework's exception instead, with the original error as ``__cause__``::
+The rest answers it through a web framework, so a handler needs no ``try``/``except`` for
+lock errors:
 
-    from docmultilock.http import werkzeug_error
-    locks = WriteLock(db.orders, error_factory=werkzeug_error)  # Flask answers 409 on conflict
+* FastAPI and Starlette: :func:`install_problem_handler` registers :func:`problem_response`
+  as the app's exception handler for :class:`~docmultilock.LockError`. Every lock error a
+  handler lets through (``await locks.acquire(...)``, ``async with locks.hold(...)``,
+  ``held.require(...)``) is answered as ``application/problem+json`` with its status::
 
-* :func:`werkzeug_error` (Flask, any werkzeug app): the exception carries a ready
-  ``application/problem+json`` response with the error's status.
-* :func:`starlette_error` (FastAPI, Starlette): an ``HTTPException`` whose ``detail`` is the
-  problem dict. FastAPI's default handler answers ``{"detail": {...problem...}}`` as JSON.
-  Plain Starlette's default handler writes ``detail`` as text and needs a string, so there,
-  skip ``error_factory`` and register a handler for :class:`~docmultilock.LockError`::
+      from docmultilock.http import install_problem_handler
+      app = FastAPI()
+      install_problem_handler(app)   # 409 {"type": ..., "title": ..., "status": 409, ...}
 
-      async def on_lock_error(request: Request, exc: Exception) -> Response:
-          assert isinstance(exc, LockError)
-          return JSONResponse(to_problem(exc), exc.status_code, media_type=PROBLEM_JSON)
+  Give the lock managers no ``error_factory`` then: the handler wants the ``LockError``.
+* Werkzeug and Flask: pass :func:`werkzeug_error` as ``error_factory=``; the lock manager
+  raises werkzeug's exception for the status, carrying a ready ``application/problem+json``
+  response, with the original error as ``__cause__``::
 
-      app = Starlette(routes=routes, exception_handlers={LockError: on_lock_error})
+      from docmultilock.http import werkzeug_error
+      locks = WriteLock(db.orders, error_factory=werkzeug_error)  # Flask answers 409
 
-Werkzeug and Starlette are optional: each is imported only when its factory is called.
+* :func:`starlette_error` is kept for code that uses it: an ``error_factory`` raising a
+  Starlette ``HTTPException`` whose ``detail`` is the problem. FastAPI's default handler
+  nests it, ``{"detail": {...problem...}}``, as plain ``application/json``; plain
+  Starlette's needs a string ``detail``. Prefer the handler.
+
+Werkzeug and Starlette are optional: each is imported only when a function that needs it
+is called.
 
 Problem ``type`` URIs are URNs, ``urn:docmultilock:error:<code>`` with ``code`` the error's
 class name (``urn:docmultilock:error:LockAlreadyTaken``). They identify the error kind and
@@ -31,17 +37,29 @@ stay stable across releases; they are names, not web pages to fetch.
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
-from docmultilock.errors import (
-    LockError,
-)
+from docmultilock.errors import LockError
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import Request
+    from starlette.responses import Response
     from werkzeug.exceptions import HTTPException as WerkzeugHTTPException
 
-__all__ = ["PROBLEM_JSON", "TYPE_PREFIX", "starlette_error", "to_problem", "werkzeug_error"]
+__all__ = [
+    "PROBLEM_JSON",
+    "TYPE_PREFIX",
+    "install_problem_handler",
+    "problem_response",
+    "starlette_error",
+    "to_problem",
+    "werkzeug_error",
+]
+
+log = logging.getLogger("docmultilock")
 
 #: The media type of an RFC 9457 problem-details body.
 PROBLEM_JSON = "application/problem+json"
@@ -92,6 +110,57 @@ def to_problem(err: LockError) -> dict[str, Any]:
     return problem
 
 
+def _missing(package: str, name: str) -> ImportError:
+    """The ImportError of ``docmultilock.http.<name>`` when ``package`` is not installed."""
+    return ImportError(f"docmultilock.http.{name} needs {package}: pip install {package}")
+
+
+async def problem_response(request: Request, exc: Exception) -> Response:
+    """Answer a :class:`~docmultilock.LockError` as ``application/problem+json``.
+
+    A Starlette/FastAPI exception handler: the body is :func:`to_problem` of the error, at
+    the top level (RFC 9457, no ``{"detail": ...}`` around it), and the status is
+    ``exc.status_code``. A server-side failure (5xx) is also logged with its traceback on
+    the ``docmultilock`` logger, since its problem leaves the message out. Register it with
+    :func:`install_problem_handler`, or by hand::
+
+        app = Starlette(routes=routes, exception_handlers={LockError: problem_response})
+
+    :raises ImportError: starlette is not installed.
+    """
+    if not isinstance(exc, LockError):
+        # Registered for another class by mistake: leave the exception to the app's
+        # error middleware rather than answer it as a lock problem.
+        raise exc
+    try:
+        from starlette.responses import JSONResponse
+    except ImportError as err:
+        raise _missing("starlette", "problem_response") from err
+    if exc.status_code >= 500:
+        log.error(
+            "%s %s answered %d: %s",
+            request.method,
+            request.url.path,
+            exc.status_code,
+            exc.code,
+            exc_info=exc,
+        )
+    return JSONResponse(to_problem(exc), exc.status_code, media_type=PROBLEM_JSON)
+
+
+def install_problem_handler(app: Starlette) -> None:
+    """Answer every :class:`~docmultilock.LockError` that reaches ``app`` as problem JSON.
+
+    ``app`` is a Starlette or FastAPI application (FastAPI's subclasses Starlette's); the
+    handler is :func:`problem_response`. Lock managers used by the app should have no
+    ``error_factory``, so that their errors reach it as ``LockError``::
+
+        app = FastAPI()
+        install_problem_handler(app)
+    """
+    app.add_exception_handler(LockError, problem_response)
+
+
 def werkzeug_error(err: LockError) -> WerkzeugHTTPException:
     """Return a werkzeug ``HTTPException`` answering ``err`` as ``application/problem+json``.
 
@@ -107,9 +176,7 @@ def werkzeug_error(err: LockError) -> WerkzeugHTTPException:
         from werkzeug.exceptions import HTTPException, default_exceptions
         from werkzeug.wrappers import Response
     except ImportError as exc:
-        raise ImportError(
-            "docmultilock.http.werkzeug_error needs werkzeug: pip install werkzeug"
-        ) from exc
+        raise _missing("werkzeug", "werkzeug_error") from exc
     problem = to_problem(err)
     response = Response(json.dumps(problem), status=err.status_code, content_type=PROBLEM_JSON)
     cls = default_exceptions.get(err.status_code)
@@ -123,9 +190,10 @@ def werkzeug_error(err: LockError) -> WerkzeugHTTPException:
 def starlette_error(err: LockError) -> StarletteHTTPException:
     """Return a Starlette ``HTTPException`` with ``err``'s status and its problem as ``detail``.
 
-    FastAPI registers its default handler for this Starlette class (its own
-    ``HTTPException`` subclasses it), which answers ``{"detail": {...the problem...}}`` as
-    JSON with ``err.status_code``::
+    Kept for compatibility; prefer :func:`install_problem_handler`. FastAPI's default
+    handler for this class answers the problem nested under ``detail``,
+    ``{"detail": {...the problem...}}``, as ``application/json`` (not problem JSON), with
+    ``err.status_code``::
 
         locks = WriteLock(db.orders, error_factory=starlette_error)
 
@@ -136,9 +204,7 @@ def starlette_error(err: LockError) -> StarletteHTTPException:
     try:
         from starlette.exceptions import HTTPException
     except ImportError as exc:
-        raise ImportError(
-            "docmultilock.http.starlette_error needs starlette: pip install starlette"
-        ) from exc
+        raise _missing("starlette", "starlette_error") from exc
     # Starlette annotates ``detail`` as str for its plain-text handler; FastAPI's subclass
     # declares it Any and JSON-encodes it, which is the handler this factory serves.
     detail: Any = to_problem(err)

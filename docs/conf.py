@@ -43,6 +43,7 @@ html_title = f"docmultilock {release}"
 # and to pymongo in signatures cannot resolve. Ignore exactly those names, nothing broader,
 # so that any other broken reference still fails the build.
 nitpick_ignore = [
+    ("py:class", "asyncio.Event"),
     ("py:class", "collections.abc.Callable"),
     ("py:class", "collections.abc.Iterator"),
     ("py:class", "collections.abc.Mapping"),
@@ -52,10 +53,19 @@ nitpick_ignore = [
     ("py:class", "datetime.timedelta"),
     ("py:class", "os.PathLike"),
     ("py:class", "pymongo.MongoClient"),
+    ("py:class", "pymongo.asynchronous.collection.AsyncCollection"),
+    ("py:class", "pymongo.asynchronous.database.AsyncDatabase"),
     ("py:class", "pymongo.synchronous.collection.Collection"),
     ("py:class", "pymongo.synchronous.database.Database"),
     ("py:class", "threading.Event"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),
+    ("py:class", "Starlette"),
+    ("py:class", "Request"),
+    ("py:class", "Response"),
+    # What hold() returns: private context managers, entered at once; the API reference documents
+    # the HeldLock and AsyncHeldLock they yield instead.
+    ("py:class", "docmultilock._sync.hold.Hold"),
+    ("py:class", "docmultilock._async.hold.AsyncHold"),
 ]

@@ -6,14 +6,19 @@ import importlib.util
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from pymongo.collection import Collection
 from werkzeug.test import Client
 
+from docmultilock import MultiLock
+from docmultilock.http import PROBLEM_JSON
 from docmultilock.testing import URI_VARIABLE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -87,6 +92,8 @@ def load_example(name: str) -> ModuleType:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered as a module is (dataclasses resolve their annotations through sys.modules).
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -120,6 +127,131 @@ def test_web_example_locks_the_order_named_in_the_body(
 
     assert response.status_code == 201
     assert browser.post("/locks", json={"order_id": 1}).status_code == 409
+
+
+def test_fastapi_example_answers_conflicts_with_problem_json(uri: str) -> None:
+    lines = run_example("web_fastapi.py", uri).splitlines()
+
+    assert lines[:8] == [
+        "GET /orders/1 -> 200 application/json",
+        "  order: {'_id': 1, 'status': 'new', 'total': 10}",
+        "  paid twice at once: [200, 200]",
+        "  charged once: True",
+        "GET /orders/1 -> 409 application/problem+json",
+        "  while it is held: Lock wait timed out (LockTimeout)",
+        "GET /orders/1 -> 200 application/json",
+        lines[7],
+    ]
+    assert lines[7].startswith("  order: {'_id': 1, 'status': 'paid', 'total': 10, 'payment': ")
+    assert lines[8:] == [
+        "POST /orders/2/pay -> 404 application/problem+json",
+        "  unknown order: Document not found (ResourceNotFound)",
+        "GET /orders/%7B%22$ne%22:null%7D -> 422 application/json",
+        f"GET /orders/{2**64} -> 422 application/json",
+    ]
+
+
+@pytest.fixture
+def fastapi_example() -> ModuleType:
+    return load_example("web_fastapi.py")
+
+
+@pytest.fixture
+def shop(fastapi_example: ModuleType, uri: str, collection: Collection[dict[str, Any]]) -> FastAPI:
+    """The FastAPI example on the test's collection, with order 1 in it."""
+    collection.insert_one({"_id": 1, "status": "new", "total": 10})
+    app: FastAPI = fastapi_example.create_app(
+        uri, database=collection.database.name, collection=collection.name, wait=0.2
+    )
+    return app
+
+
+def test_fastapi_example_reads_an_order_without_its_lock(shop: FastAPI) -> None:
+    with TestClient(shop) as browser:
+        response = browser.get("/orders/1")
+
+    assert response.status_code == 200
+    assert response.json() == {"_id": 1, "status": "new", "total": 10}
+
+
+def test_fastapi_example_pays_with_a_guarded_write_and_releases_the_lock(
+    shop: FastAPI, collection: Collection[dict[str, Any]]
+) -> None:
+    with TestClient(shop) as browser:
+        response = browser.post("/orders/1/pay")
+
+    assert response.status_code == 200
+    stored = collection.find_one({"_id": 1}) or {}
+    assert response.json() == {key: stored[key] for key in ("_id", "status", "total", "payment")}
+    assert stored["status"] == "paid"
+    assert stored["lock"]["holders"] == []
+
+
+def test_fastapi_example_charges_once_when_paid_twice_at_once(
+    shop: FastAPI, collection: Collection[dict[str, Any]]
+) -> None:
+    with TestClient(shop) as browser, ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: browser.post("/orders/1/pay"), range(2)))
+
+    assert [response.status_code for response in both] == [200, 200]
+    payments = {response.json()["payment"] for response in both}
+    assert payments == {(collection.find_one({"_id": 1}) or {})["payment"]}
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/orders/1"), ("POST", "/orders/1/pay")])
+def test_fastapi_example_answers_409_problem_json_while_another_holds_the_write_lock(
+    shop: FastAPI, collection: Collection[dict[str, Any]], method: str, path: str
+) -> None:
+    with TestClient(shop) as browser, MultiLock(collection).hold({"_id": 1}, tag="write"):
+        response = browser.request(method, path)
+
+    assert response.status_code == 409
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert response.json()["code"] == "LockTimeout"
+    assert (collection.find_one({"_id": 1}) or {})["status"] == "new"
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/orders/2"), ("POST", "/orders/2/pay")])
+def test_fastapi_example_answers_404_problem_json_for_a_missing_order(
+    shop: FastAPI, method: str, path: str
+) -> None:
+    with TestClient(shop) as browser:
+        response = browser.request(method, path)
+
+    assert response.status_code == 404
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert response.json()["code"] == "ResourceNotFound"
+
+
+def test_fastapi_example_writes_nothing_when_the_lock_is_lost_during_the_charge(
+    fastapi_example: ModuleType,
+    shop: FastAPI,
+    collection: Collection[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def charge_while_an_admin_clears_the_lock(order: dict[str, Any]) -> str:
+        collection.update_one({"_id": 1}, {"$unset": {"lock": ""}})
+        return "payment-1"
+
+    monkeypatch.setattr(fastapi_example, "charge", charge_while_an_admin_clears_the_lock)
+    with TestClient(shop) as browser:
+        response = browser.post("/orders/1/pay")
+
+    assert response.status_code == 409
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert response.json()["code"] == "LockNotFound"
+    assert collection.find_one({"_id": 1}, {"lock": 0}) == {"_id": 1, "status": "new", "total": 10}
+
+
+@pytest.mark.parametrize("order_id", ["abc", "%7B%22$ne%22:null%7D", "-1", str(2**64), "1.5"])
+def test_fastapi_example_refuses_an_id_that_is_not_an_int64_with_422(
+    shop: FastAPI, collection: Collection[dict[str, Any]], order_id: str
+) -> None:
+    with TestClient(shop) as browser:
+        response = browser.post(f"/orders/{order_id}/pay")
+
+    assert response.status_code == 422
+    assert (collection.find_one({"_id": 1}) or {})["status"] == "new"
 
 
 def test_nightly_report_runs_on_exactly_one_instance(uri: str) -> None:

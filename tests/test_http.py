@@ -1,10 +1,14 @@
-"""docmultilock.http: problem details, and the werkzeug and Starlette error factories."""
+"""docmultilock.http: problem details, the Starlette handler and the error factories."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import subprocess
 import sys
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,15 +16,18 @@ import pytest
 import starlette.exceptions
 import werkzeug.exceptions
 from bson import ObjectId
+from fastapi import FastAPI
+from pymongo import AsyncMongoClient
 from pymongo.collection import Collection
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message
+from starlette.testclient import TestClient
 
 from docmultilock import (
     AssertiveLock,
+    AsyncWriteLock,
     DbError,
     DbTimeout,
     IncompatibleLockField,
@@ -33,8 +40,16 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from docmultilock.http import PROBLEM_JSON, starlette_error, to_problem, werkzeug_error
+from docmultilock.http import (
+    PROBLEM_JSON,
+    install_problem_handler,
+    problem_response,
+    starlette_error,
+    to_problem,
+    werkzeug_error,
+)
 from docmultilock.options import ErrorFactory
+from docmultilock.pytest_plugin import CLIENT_OPTIONS
 
 Doc = dict[str, Any]
 
@@ -283,7 +298,114 @@ def test_releasing_a_lost_lock_answers_409_problem_json(
     assert (problem["code"], problem["lock_id"]) == ("LockWasReacquired", lock.id)
 
 
-def test_a_starlette_app_answers_lock_errors_with_the_documented_handler(
+def raising(err: Exception) -> Starlette:
+    """A Starlette app with the problem handler whose ``POST /`` raises ``err``."""
+
+    async def endpoint(request: Request) -> Response:
+        raise err
+
+    app = Starlette(routes=[Route("/", endpoint, methods=["POST"])])
+    install_problem_handler(app)
+    return app
+
+
+def a_request() -> Request:
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": []})
+
+
+# problem_response and install_problem_handler
+
+
+@pytest.mark.parametrize("err", [e for e in ERRORS if e.status_code < 500], ids=repr)
+def test_the_handler_answers_the_problem_at_the_top_level_as_problem_json(
+    err: LockError,
+) -> None:
+    response = TestClient(raising(err)).post("/")
+
+    assert response.status_code == err.status_code
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert response.json() == json.loads(json.dumps(to_problem(err)))
+
+
+def test_the_handler_hides_a_server_error_from_the_client_and_logs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    err = DbError("acquire failed: AutoReconnect: db1.internal:27017", filter={"_id": 1})
+
+    with caplog.at_level(logging.ERROR, logger="docmultilock"):
+        response = TestClient(raising(err)).post("/")
+
+    assert response.status_code == 500
+    assert "db1.internal" not in response.text
+    assert response.json()["detail"] == "The server could not complete the lock operation."
+    [record] = caplog.records
+    assert record.getMessage() == "POST / answered 500: DbError"
+    assert record.exc_info is not None
+    assert record.exc_info[1] is err
+
+
+def test_the_handler_keeps_a_users_own_status() -> None:
+    response = TestClient(raising(TeapotLock("busy"))).post("/")
+
+    assert response.status_code == 499
+    assert response.json()["type"] == "urn:docmultilock:error:TeapotLock"
+
+
+def test_the_handler_leaves_other_exceptions_alone() -> None:
+    err = ValueError("not a lock error")
+
+    with pytest.raises(ValueError, match="not a lock error"):
+        asyncio.run(problem_response(a_request(), err))
+
+
+def test_the_handler_names_the_package_when_starlette_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = a_request()
+    monkeypatch.setitem(sys.modules, "starlette.responses", None)
+
+    with pytest.raises(ImportError, match="pip install starlette"):
+        asyncio.run(problem_response(request, LockAlreadyTaken("locked")))
+
+
+def test_the_module_imports_without_starlette_or_werkzeug() -> None:
+    code = (
+        "import sys\n"
+        "for name in ('starlette', 'werkzeug', 'fastapi'): sys.modules[name] = None\n"
+        "import docmultilock.http\n"
+        "print(sorted(n for n in sys.modules if n.startswith(('starlette', 'werkzeug'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['starlette', 'werkzeug']"  # the blocked entries only
+
+
+def test_a_fastapi_app_answers_a_missing_document_with_404_problem_json() -> None:
+    app = FastAPI()
+    install_problem_handler(app)
+
+    @app.get("/orders/{order_id}")
+    async def order(order_id: int) -> dict[str, int]:
+        raise ResourceNotFound("no document matches", filter={"_id": order_id})
+
+    response = TestClient(app).get("/orders/7")
+
+    assert response.status_code == 404
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert response.json() == {
+        "type": "urn:docmultilock:error:ResourceNotFound",
+        "title": "Document not found",
+        "status": 404,
+        "detail": "no document matches",
+        "code": "ResourceNotFound",
+        "filter": {"_id": 7},
+    }
+
+
+def test_a_starlette_app_answers_a_taken_lock_with_409_problem_json(
     collection: Collection[Doc], doc: Doc
 ) -> None:
     locks = WriteLock(collection)
@@ -293,47 +415,62 @@ def test_a_starlette_app_answers_lock_errors_with_the_documented_handler(
         locks.acquire(doc)
         return Response("edited")  # pragma: no cover - the document is locked
 
-    async def on_lock_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, LockError)
-        return JSONResponse(to_problem(exc), exc.status_code, media_type=PROBLEM_JSON)
-
     app = Starlette(
         routes=[Route("/edit", edit, methods=["POST"])],
-        exception_handlers={LockError: on_lock_error},
+        exception_handlers={LockError: problem_response},
     )
-    status, headers, body = asyncio.run(post(app, "/edit"))
+    response = TestClient(app).post("/edit")
 
-    assert status == 409
-    assert headers["content-type"] == PROBLEM_JSON
-    assert json.loads(body)["code"] == "LockAlreadyTaken"
+    assert response.status_code == 409
+    assert response.headers["content-type"] == PROBLEM_JSON
+    problem = response.json()
+    assert (problem["code"], problem["blocking_tags"]) == ("LockAlreadyTaken", ["write"])
 
 
-async def post(app: ASGIApp, path: str) -> tuple[int, dict[str, str], bytes]:
-    """Send one empty POST straight to an ASGI app (Starlette's TestClient wants httpx2)."""
-    sent: list[Message] = []
+def test_an_async_hold_that_waits_in_vain_answers_409_problem_json(
+    uri: str, collection: Collection[Doc], doc: Doc
+) -> None:
+    WriteLock(collection).acquire(doc)  # another process holds the order
 
-    async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # An AsyncMongoClient belongs to the loop that made it: the app's, here.
+        client: AsyncMongoClient[Doc] = AsyncMongoClient(uri, **CLIENT_OPTIONS)
+        app.state.locks = AsyncWriteLock(client[collection.database.name][collection.name])
+        try:
+            yield
+        finally:
+            await client.close()
 
-    async def send(message: Message) -> None:
-        sent.append(message)
+    async def edit(request: Request) -> Response:
+        async with request.app.state.locks.hold(doc, wait=0.2):
+            return Response("edited")  # pragma: no cover - the document is locked
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [],
-        "server": ("testserver", 80),
-        "client": ("testclient", 50000),
-    }
-    await app(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    headers = {k.decode(): v.decode() for k, v in start["headers"]}
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], headers, body
+    app = Starlette(routes=[Route("/edit", edit, methods=["POST"])], lifespan=lifespan)
+    install_problem_handler(app)
+    with TestClient(app) as browser:
+        response = browser.post("/edit")
+
+    assert response.status_code == 409
+    assert response.headers["content-type"] == PROBLEM_JSON
+    problem = response.json()
+    assert (problem["code"], problem["title"]) == ("LockTimeout", "Lock wait timed out")
+
+
+def test_starlette_error_on_fastapi_nests_the_problem_under_detail(
+    collection: Collection[Doc], doc: Doc
+) -> None:
+    locks = WriteLock(collection, error_factory=starlette_error)
+    locks.acquire(doc)
+    app = FastAPI()
+
+    @app.post("/edit")
+    def edit() -> str:
+        locks.acquire(doc)
+        return "edited"  # pragma: no cover - the document is locked
+
+    response = TestClient(app).post("/edit")
+
+    assert response.status_code == 409
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["detail"]["code"] == "LockAlreadyTaken"

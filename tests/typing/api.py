@@ -83,3 +83,15 @@ def usage() -> None:
         with wl.hold({"_id": 1}, wait=2.0, backoff=(0.05, 1.0), extend_every=1.0, timeout=2):
             pass
         client.close()
+
+
+def web_usage() -> None:
+    from fastapi import FastAPI
+    from starlette.applications import Starlette
+
+    from docmultilock.http import install_problem_handler, problem_response
+
+    api = FastAPI()
+    install_problem_handler(api)
+    api.add_exception_handler(LockError, problem_response)
+    install_problem_handler(Starlette(exception_handlers={LockError: problem_response}))
