@@ -58,6 +58,9 @@ nitpick_ignore = [
     ("py:class", "pymongo.synchronous.collection.Collection"),
     ("py:class", "pymongo.synchronous.database.Database"),
     ("py:class", "threading.Event"),
+    # require()'s type variable: it returns what it is given.
+    ("py:class", "docmultilock._async.hold.T"),
+    ("py:class", "docmultilock._sync.hold.T"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),
