@@ -21,6 +21,7 @@ from pymongo import MongoClient, ReturnDocument
 from pymongo.collection import Collection
 
 from docmultilock._lock import Lock
+from docmultilock._parent import exit_with_parent
 from docmultilock._sync import MultiLock
 from docmultilock.errors import AssertiveLock, CooperativeLock, LockNotFound
 
@@ -295,6 +296,7 @@ class _Worker:
 
 
 def worker_main(job: Job, outbox: Queue[Message], go: Event, stop: Event) -> None:
+    exit_with_parent()
     _Worker(job, outbox).main(go, stop)
 
 
