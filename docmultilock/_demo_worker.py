@@ -22,6 +22,7 @@ from pymongo.collection import Collection
 
 from docmultilock import MultiLock
 from docmultilock._lock import Lock
+from docmultilock._parent import exit_with_parent
 from docmultilock.errors import AssertiveLock, CooperativeLock, LockNotFound
 
 if TYPE_CHECKING:
@@ -295,6 +296,7 @@ class _Worker:
 
 
 def worker_main(job: Job, outbox: Queue[Message], go: Event, stop: Event) -> None:
+    exit_with_parent()
     _Worker(job, outbox).main(go, stop)
 
 

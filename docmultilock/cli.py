@@ -21,18 +21,36 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from pymongo.errors import PyMongoError
 
 from docmultilock import __version__
-from docmultilock._bench import SCENARIOS, BenchSettings, render_json, render_table, run_bench
-from docmultilock._bench._contended import WorkerError
 from docmultilock._demo import DemoSettings, run_demo
 from docmultilock.testing import URI_VARIABLE, EmbeddedServerError, mongodb_uri
 
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose description may be computed only when help is shown.
+
+    ``describe=`` keeps the bench's modules (a quarter of the package) out of every run of
+    ``demo``: they are imported only when ``bench`` runs or its help is printed.
+    """
+
+    def __init__(
+        self, *args: Any, describe: Callable[[], str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._describe = describe
+
+    def format_help(self) -> str:
+        if self._describe is not None:
+            self.description, self._describe = self._describe(), None
+        return super().format_help()
 
 
 def _count(low: int, high: int) -> Callable[[str], int]:
@@ -109,7 +127,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return 1
 
 
-def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
     demo = commands.add_parser(
         "demo",
         help="race worker processes for read and write locks and check mutual exclusion",
@@ -149,6 +167,8 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _scenarios(text: str) -> frozenset[int]:
+    from docmultilock._bench import SCENARIOS
+
     try:
         chosen = frozenset(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -162,13 +182,25 @@ def _scenarios(text: str) -> frozenset[int]:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: the bench is a quarter of the package and only this
+    # command needs it.
+    from docmultilock._bench import (
+        SCENARIOS,
+        BenchSettings,
+        render_json,
+        render_table,
+        run_bench,
+    )
+    from docmultilock._bench._contended import WorkerError
+
+    scenarios = frozenset(SCENARIOS) if args.scenarios is None else args.scenarios
     command = ["docmultilock bench", f"--duration {args.duration:g}"]
-    if args.scenarios != frozenset(SCENARIOS):
-        command.append("--scenarios " + ",".join(map(str, sorted(args.scenarios))))
+    if scenarios != frozenset(SCENARIOS):
+        command.append("--scenarios " + ",".join(map(str, sorted(scenarios))))
     if args.uri:
         command.append(f"--uri <{hosts(args.uri)}>")
     settings = BenchSettings(
-        uri=args.uri, duration=args.duration, scenarios=args.scenarios, command=" ".join(command)
+        uri=args.uri, duration=args.duration, scenarios=scenarios, command=" ".join(command)
     )
     try:
         report = run_bench(settings)
@@ -179,18 +211,24 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _bench_description() -> str:
+    from docmultilock._bench import SCENARIOS
+
     listing = "; ".join(f"{number} {title}" for number, title in SCENARIOS.items())
+    return (
+        "Measure docmultilock beside the floor: the same number of raw pymongo "
+        "find_one_and_update calls doing a hand-written single-document lock, in the same "
+        "run on the same server. Prints one table (or JSON) with docmultilock's figure, "
+        "the floor's, their ratio and the target. Without --uri each measurement gets a "
+        f"fresh embedded server. Scenarios: {listing}."
+    )
+
+
+def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
     bench = commands.add_parser(
         "bench",
         help="measure every lock operation beside the raw pymongo floor",
-        description=(
-            "Measure docmultilock beside the floor: the same number of raw pymongo "
-            "find_one_and_update calls doing a hand-written single-document lock, in the same "
-            "run on the same server. Prints one table (or JSON) with docmultilock's figure, "
-            "the floor's, their ratio and the target. Without --uri each measurement gets a "
-            f"fresh embedded server. Scenarios: {listing}."
-        ),
+        describe=_bench_description,
     )
     _add_server_option(bench)
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -204,7 +242,7 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench.add_argument(
         "--scenarios",
         type=_scenarios,
-        default=frozenset(SCENARIOS),
+        default=None,
         metavar="N,N",
         help="which scenarios to run, by number (default: all)",
     )
@@ -213,12 +251,14 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser: one subparser per subcommand, each naming its ``handler``."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="docmultilock",
         description="Document-level locks on MongoDB: tools around the library.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(
+        title="commands", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     _add_demo(commands)
     _add_bench(commands)
     return parser

@@ -6,6 +6,9 @@
     with EmbeddedServer() as server:
         client = MongoClient(server.uri)
 
+The server never outlives the process that started it, however that process ends (see
+:class:`EmbeddedServer`).
+
 :func:`mongodb_uri` yields ``DOCMULTILOCK_MONGODB_URI`` when it is set (a real MongoDB
 replica set), and an embedded server otherwise. The pytest fixtures built on these live in
 :mod:`docmultilock.pytest_plugin`.
@@ -14,6 +17,7 @@ replica set), and an embedded server otherwise. The pytest fixtures built on the
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import signal
@@ -21,8 +25,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,6 +39,43 @@ __all__ = ["URI_VARIABLE", "EmbeddedServer", "EmbeddedServerError", "mongodb_uri
 
 #: The environment variable naming a real MongoDB to use instead of the embedded server.
 URI_VARIABLE = "DOCMULTILOCK_MONGODB_URI"
+
+
+#: Run first in the server's process: a thread reads the parent's end of a pipe (the
+#: server's stdin) and stops the server at end of file, which comes when the parent closes
+#: it or dies in any way (the kernel closes a dead process's files, even after SIGKILL).
+_PARENT_WATCH = """\
+import os, signal, sys, threading
+def _watch_parent():
+    while sys.stdin.buffer.read(1):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=_watch_parent, name="parent-watch", daemon=True).start()
+"""
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """On Linux, a ``preexec_fn`` that has the kernel SIGTERM the child when its parent dies.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends, not only the
+    process, so it is used only from the main thread (which lives as long as the process);
+    from another thread the parent-watch pipe alone stops the server. libc and ``prctl`` are
+    looked up here, in the parent: the function run between fork and exec only calls it.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_parent_death_signal() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+    return set_parent_death_signal
 
 
 class EmbeddedServerError(RuntimeError):
@@ -56,6 +98,14 @@ class EmbeddedServer:
     :param sync_on_commit: journal every commit, for crash-and-restart tests on disk.
     :param port: a fixed port; a free one is picked when ``None``.
     :param startup_timeout: seconds to wait for the server to answer ``hello``.
+
+    The server does not outlive this process: if it ends without :meth:`stop` (killed with
+    SIGKILL or SIGTERM, or it simply exits), the server stops within a second. Two watches
+    do it: the server reads a pipe from this process and stops at its end of file (every
+    platform), and on Linux the kernel also sends it SIGTERM when its parent dies
+    (``PR_SET_PDEATHSIG``, set only when started from the main thread, since the kernel
+    ties it to the thread that started the child). A process forked (not spawned) from this
+    one after the start holds the pipe too, so the server then lasts until both have ended.
     """
 
     def __init__(
@@ -88,10 +138,11 @@ class EmbeddedServer:
         return self._process.pid if self._process is not None else None
 
     def _command(self) -> list[str]:
+        """The server's command line: the parent watch, then the server in the same process."""
         if self.ttl_sweep_seconds is not None or self.sync_on_commit:
             # The command line has no TTL sweep option; the Python API does.
             script = (
-                "from secantus import SecantusDBServer as S\n"
+                _PARENT_WATCH + "from secantus import SecantusDBServer as S\n"
                 f"s = S(host='127.0.0.1', port={self.port}, storage_path={self.storage_path!r}, "
                 f"enable_test_commands={self.enable_test_commands!r}"
                 + (
@@ -103,14 +154,15 @@ class EmbeddedServer:
                 + ")\ns.start()\ns.wait()\n"
             )
             return [sys.executable, "-c", script]
-        command = [
-            sys.executable, "-m", "secantus",
+        arguments = [
             "--host", "127.0.0.1", "--port", str(self.port),
             "--storage-path", self.storage_path,
         ]  # fmt: skip
         if self.enable_test_commands:
-            command.append("--enable-test-commands")
-        return command
+            arguments.append("--enable-test-commands")
+        # What `python -m secantus` runs, after the watch.
+        script = f"from secantus.cli import main\nraise SystemExit(main({arguments!r}))\n"
+        return [sys.executable, "-c", _PARENT_WATCH + script]
 
     def start(self) -> None:
         """Start the server and wait until it answers ``hello``."""
@@ -124,13 +176,15 @@ class EmbeddedServer:
         self._log_path = Path(name)
         with os.fdopen(fd, "wb") as log:
             # A session of its own: a Ctrl-C meant for the caller must not stop the server
-            # before the caller has cleaned up; stop() alone ends it.
+            # before the caller has cleaned up; stop(), or this process's end, ends it.
+            # stdin is the parent-watch pipe: nothing is written, its end of file counts.
             self._process = subprocess.Popen(
                 self._command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=_parent_death_signal(),  # only prctl, see there
             )
         try:
             self._wait_until_ready()
@@ -188,6 +242,8 @@ class EmbeddedServer:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
         if self._log_path is not None:
             self._log_path.unlink(missing_ok=True)
             self._log_path = None

@@ -36,7 +36,9 @@ autodoc_preserve_defaults = True
 # The docs env (tox's `docs` extra) has no pytest; only the plugin module's docstring is used.
 autodoc_mock_imports = ["pytest"]
 
-html_theme = "alabaster"
+html_theme = "furo"
+html_static_path = ["_static"]
+html_css_files = ["docmultilock.css"]
 html_title = f"docmultilock {release}"
 
 # There is no intersphinx (the docs build offline), so references to the standard library

@@ -14,6 +14,11 @@ Lock errors become werkzeug HTTP exceptions with an RFC 9457 body, through
 ``error_factory=werkzeug_error``: a second editor gets 409 ``application/problem+json``, an
 unknown order 404. Run it as a script: ``main()`` drives the app with werkzeug's test client,
 against DOCMULTILOCK_MONGODB_URI or an embedded server when that is unset.
+
+Werkzeug comes with the ``web`` extra; from a clone of the repository::
+
+    pip install -e '.[web,embedded]'
+    python examples/web_werkzeug.py
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -44,3 +46,17 @@ def test_the_bench_reports_every_scenario_beside_its_floor(
 def test_a_scenario_outside_the_list_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "--scenarios", "1,9"]) == 2
     assert "scenarios are 1 to 8" in capsys.readouterr().err
+
+
+def test_only_the_bench_command_imports_the_bench_modules() -> None:
+    probe = (
+        "import sys\n"
+        "from docmultilock import cli\n"
+        "cli.build_parser().parse_args(['demo', '--seconds', '1'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('docmultilock._bench')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from docmultilock import WriteLock
 from docmultilock._bench._bed import DATABASE, connect
 from docmultilock._bench._floor import FloorLock
+from docmultilock._parent import exit_with_parent
 from docmultilock.errors import LockAlreadyTaken
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ def _run(index: int, phase: Phase, tries: dict[str, TryLock]) -> Result:
 
 def worker_main(job: Job, inbox: Queue[Phase | None], outbox: Queue[Message]) -> None:
     """Connect, say ready, run phases until told to stop; report any error and stop."""
+    exit_with_parent()
     try:
         with connect(job.uri) as client:
             tries = _tries(job, client)

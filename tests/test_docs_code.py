@@ -1,0 +1,163 @@
+"""Every ```python block in README.md and docs/ runs against the test server.
+
+The blocks of one page run in order in one namespace, so a block may use what an earlier
+block on the same page defined. Each page starts with these names already given, on a
+fresh database of its own:
+
+* ``client``: a :class:`pymongo.MongoClient` on the test server; ``db``: the page's database;
+* ``orders`` (orders 1 and 2: ``status``, ``total``), ``invoices`` (``"INV-1"``: ``lines``,
+  ``total``) and ``reports`` (``"order-1"``: ``fence`` 0), collections of ``db``;
+* ``order_id`` (1) and ``log`` (a :class:`logging.Logger`).
+
+A block that defines ``test_*`` functions (the testing how-to) has them called afterwards,
+with the fixtures they name: ``docmultilock_client``, ``docmultilock_collection`` (a fresh
+collection each) and ``tmp_path``.
+
+A block that must not run says so, with a reason, on the line right before its fence::
+
+    <!-- norun: a stored document, not code -->
+
+Use it sparingly: for data shown in Python syntax, or a deliberate mistake (a "DON'T"
+that uses names no example could give).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [page for page in PAGES if "_build" not in page.parts]
+FENCE = re.compile(r"^```(\w*)\s*$")
+NORUN = re.compile(r"^<!--\s*norun(?::\s*(?P<reason>.*?))?\s*-->$")
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of Python: where it starts, its code, and why not to run it."""
+
+    line: int
+    code: str
+    norun: str | None  # the reason, when the page says not to run it
+
+
+def python_blocks(text: str) -> list[Block]:
+    """The ```python blocks of a Markdown page, in order."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        fence = FENCE.match(lines[index])
+        if fence is None:
+            index += 1
+            continue
+        end = next(
+            (j for j in range(index + 1, len(lines)) if lines[j].strip() == "```"), len(lines)
+        )
+        if fence.group(1) == "python":
+            before = [line.strip() for line in lines[:index] if line.strip()]
+            marker = NORUN.match(before[-1]) if before else None
+            reason = None
+            if marker is not None:
+                reason = marker.group("reason") or ""
+            code = "\n".join(lines[index + 1 : end]) + "\n"
+            blocks.append(Block(index + 1, code, reason))
+        index = end + 1
+    return blocks
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.fixture
+def givens(docmultilock_client: MongoClient[Doc]) -> Iterator[dict[str, Any]]:
+    """The names every page starts with, on a fresh database dropped afterwards."""
+    name = f"docs_{uuid.uuid4().hex[:12]}"
+    db = docmultilock_client[name]
+    db.orders.insert_many([
+        {"_id": 1, "status": "new", "total": 10},
+        {"_id": 2, "status": "new", "total": 20},
+    ])  # fmt: skip
+    db.invoices.insert_one({"_id": "INV-1", "lines": [{"item": "pen", "price": 10}], "total": 10})
+    db.reports.insert_one({"_id": "order-1", "fence": 0})
+    try:
+        yield {
+            "__name__": "docs_page",
+            "client": docmultilock_client,
+            "db": db,
+            "orders": db.orders,
+            "invoices": db.invoices,
+            "reports": db.reports,
+            "order_id": 1,
+            "log": logging.getLogger("docs_page"),
+        }
+    finally:
+        docmultilock_client.drop_database(name)
+
+
+def call_tests(
+    namespace: dict[str, Any], client: MongoClient[Doc], tmp_path: Path, already: set[str]
+) -> None:
+    """Call the ``test_*`` functions the page's blocks defined, with the fixtures they name."""
+    fixtures: dict[str, Callable[[], Any]] = {
+        "docmultilock_client": lambda: client,
+        "docmultilock_collection": lambda: client.docmultilock_test[uuid.uuid4().hex[:12]],
+        "tmp_path": lambda: tmp_path / uuid.uuid4().hex[:12],
+    }
+    for name, function in list(namespace.items()):
+        if not name.startswith("test_") or not callable(function) or name in already:
+            continue
+        already.add(name)
+        arguments = {arg: fixtures[arg]() for arg in inspect.signature(function).parameters}
+        if "tmp_path" in arguments:
+            arguments["tmp_path"].mkdir()
+        try:
+            function(**arguments)
+        finally:
+            if "docmultilock_collection" in arguments:
+                arguments["docmultilock_collection"].drop()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_the_pages_python_blocks_run(
+    page: Path,
+    givens: dict[str, Any],
+    docmultilock_client: MongoClient[Doc],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    namespace = dict(givens)
+    called: set[str] = set()
+    for block in python_blocks(page.read_text()):
+        if block.norun is not None:
+            assert block.norun, f"{page_id(page)}:{block.line}: norun needs a reason"
+            continue
+        # Line numbers in tracebacks point into the page.
+        code = compile("\n" * block.line + block.code, page_id(page), "exec")
+        exec(code, namespace)
+        call_tests(namespace, docmultilock_client, tmp_path, called)
+    capsys.readouterr()
+
+
+def test_a_norun_marker_is_read_with_its_reason() -> None:
+    text = (
+        "Text.\n\n<!-- norun: data, not code -->\n```python\n{'a': 1}\n```\n\n"
+        "```python\nx = 1\n```\n"
+    )
+    assert python_blocks(text) == [
+        Block(4, "{'a': 1}\n", "data, not code"),
+        Block(8, "x = 1\n", None),
+    ]
