@@ -7,7 +7,9 @@ fresh database of its own:
 * ``client``: a :class:`pymongo.MongoClient` on the test server; ``db``: the page's database;
 * ``orders`` (orders 1 and 2: ``status``, ``total``), ``invoices`` (``"INV-1"``: ``lines``,
   ``total``) and ``reports`` (``"order-1"``: ``fence`` 0), collections of ``db``;
-* ``order_id`` (1) and ``log`` (a :class:`logging.Logger`).
+* ``order_id`` (1) and ``log`` (a :class:`logging.Logger`);
+* ``DOCMULTILOCK_MONGODB_URI`` in the environment, for blocks that make a client of their own
+  (an ``AsyncMongoClient``).
 
 A block that defines ``test_*`` functions (the testing how-to) has them called afterwards,
 with the fixtures they name: ``docmultilock_client``, ``docmultilock_collection`` (a fresh
@@ -138,7 +140,11 @@ def test_the_pages_python_blocks_run(
     docmultilock_client: MongoClient[Doc],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    docmultilock_uri: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Pages whose blocks make their own client (the async ones) read the server from here.
+    monkeypatch.setenv("DOCMULTILOCK_MONGODB_URI", docmultilock_uri)
     namespace = dict(givens)
     called: set[str] = set()
     for block in python_blocks(page.read_text()):
