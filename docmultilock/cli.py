@@ -7,6 +7,7 @@ never exits itself (the console script and ``python -m docmultilock`` do)::
     docmultilock demo --uri mongodb://db.example:27017 --workers 8 --seconds 20
     docmultilock bench                       # every scenario beside the raw pymongo floor
     docmultilock bench --scenarios 1,2 --duration 5 --json
+    docmultilock bench --scenarios 9 --keepalive-locks 10000 --keepalive-seconds 60
 
 Exit status: 0 when all went well, 1 when the command failed (for ``demo``: any
 mutual-exclusion violation or worker error; for ``bench``: the server or a worker failed),
@@ -21,11 +22,19 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 
 from pymongo.errors import PyMongoError
 
 from docmultilock import __version__
-from docmultilock._bench import SCENARIOS, BenchSettings, render_json, render_table, run_bench
+from docmultilock._bench import (
+    SCENARIOS,
+    BenchSettings,
+    KeepAlive,
+    render_json,
+    render_table,
+    run_bench,
+)
 from docmultilock._bench._contended import WorkerError
 from docmultilock._demo import DemoSettings, run_demo
 from docmultilock.testing import URI_VARIABLE, EmbeddedServerError, mongodb_uri
@@ -165,10 +174,19 @@ def _run_bench(args: argparse.Namespace) -> int:
     command = ["docmultilock bench", f"--duration {args.duration:g}"]
     if args.scenarios != frozenset(SCENARIOS):
         command.append("--scenarios " + ",".join(map(str, sorted(args.scenarios))))
+    keepalive = KeepAlive(args.keepalive_locks, args.keepalive_lifetime, args.keepalive_seconds)
+    if 9 in args.scenarios:
+        for option, value in asdict(keepalive).items():
+            if value != getattr(KeepAlive, option):
+                command.append(f"--keepalive-{option} {value:g}")
     if args.uri:
         command.append(f"--uri <{hosts(args.uri)}>")
     settings = BenchSettings(
-        uri=args.uri, duration=args.duration, scenarios=args.scenarios, command=" ".join(command)
+        uri=args.uri,
+        duration=args.duration,
+        scenarios=args.scenarios,
+        command=" ".join(command),
+        keepalive=keepalive,
     )
     try:
         report = run_bench(settings)
@@ -207,6 +225,30 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=frozenset(SCENARIOS),
         metavar="N,N",
         help="which scenarios to run, by number (default: all)",
+    )
+    bench.add_argument(
+        "--keepalive-locks",
+        type=_count(1, 1_000_000),
+        default=KeepAlive.locks,
+        metavar="N",
+        help=f"scenario 9: locks held with keepalive=True (default {KeepAlive.locks:,})",
+    )
+    bench.add_argument(
+        "--keepalive-lifetime",
+        type=_seconds,
+        default=KeepAlive.lifetime,
+        metavar="S",
+        help=f"scenario 9: the locks' lifetime (default {KeepAlive.lifetime:g})",
+    )
+    bench.add_argument(
+        "--keepalive-seconds",
+        type=_seconds,
+        default=KeepAlive.seconds,
+        metavar="S",
+        help=(
+            "scenario 9: how long they are kept alive, setup excluded "
+            f"(default {KeepAlive.seconds:g})"
+        ),
     )
     bench.set_defaults(handler=_run_bench)
 
