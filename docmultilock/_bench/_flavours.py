@@ -51,34 +51,17 @@ SLICES = 2
 Doc = dict[str, Any]
 
 
-@dataclass
-class Phase:
-    """What one flavour did with ``workers`` workers: cycles, wall and process CPU time."""
+def _timed(into: Sample, run: Callable[[], int]) -> None:
+    """Run ``run`` (which returns its cycle count) and add its wall and CPU time to ``into``.
 
-    workers: int
-    cycles: int = 0
-    wall: float = 0.0
-    cpu: float = 0.0
-    #: CPU time of the calling thread: with one worker, the thread that runs every cycle
-    #: (the sync caller, or the event loop), without the sync client's monitor threads.
-    thread_cpu: float = 0.0
-
-    @property
-    def per_second(self) -> float:
-        return self.cycles / self.wall if self.wall else 0.0
-
-    @property
-    def cpu_per_cycle(self) -> float:
-        return self.cpu / self.cycles if self.cycles else 0.0
-
-
-def _timed(phase: Phase, run: Callable[[], int]) -> None:
-    """Run ``run`` (which returns its cycle count) and add its wall and CPU time to ``phase``."""
+    ``thread_cpu`` is the calling thread's: with one worker, the thread that runs every
+    cycle (the sync caller, or the event loop), without the sync client's monitor threads.
+    """
     cpu0, thread0, start = time.process_time(), time.thread_time(), time.perf_counter()
-    phase.cycles += run()
-    phase.wall += time.perf_counter() - start
-    phase.cpu += time.process_time() - cpu0
-    phase.thread_cpu += time.thread_time() - thread0
+    into.cycles += run()
+    into.wall += time.perf_counter() - start
+    into.cpu += time.process_time() - cpu0
+    into.thread_cpu += time.thread_time() - thread0
 
 
 def _side(locks: WriteLock, where: Doc) -> Side:
@@ -189,17 +172,13 @@ class _AsyncSide:
         await self.client.close()
 
 
-def _us(seconds: float, cycles: int) -> str:
-    return f"{seconds / cycles * 1e6:,.0f} µs" if cycles else "-"
-
-
 def async_beside_sync(context: Context) -> Outcome:
     """Scenario 10: async cycles and CPU beside sync's, and the loop's stall while waiting."""
     part = context.duration / (4 * SLICES + 2)  # 4 phases x SLICES, and twice that to stall
-    sync = {1: Phase(1), MANY: Phase(MANY)}
-    asyn = {1: Phase(1), MANY: Phase(MANY)}
+    sync = {1: Sample(), MANY: Sample()}
+    asyn = {1: Sample(), MANY: Sample()}
     with connect(context.uri) as client, bed(client) as twins, _runner() as runner:
-        twins.locks.insert_many([{"_id": i} for i in range(max(MANY, 1))])
+        twins.locks.insert_many([{"_id": i} for i in range(MANY)])
         locks = WriteLock(twins.locks)
         for _ in range(3):
             locks.release({"_id": 0}, locks.acquire({"_id": 0}))
@@ -254,8 +233,8 @@ def async_beside_sync(context: Context) -> Outcome:
                     f"process CPU per cycle: async {mine.cpu_per_cycle * 1e6:,.0f} µs, "
                     f"sync {theirs.cpu_per_cycle * 1e6:,.0f} µs"
                     + (
-                        f"; calling thread alone: async {_us(mine.thread_cpu, mine.cycles)}, "
-                        f"sync {_us(theirs.thread_cpu, theirs.cycles)}"
+                        f"; calling thread alone: async {mine.thread_cpu_per_cycle * 1e6:,.0f} µs, "
+                        f"sync {theirs.thread_cpu_per_cycle * 1e6:,.0f} µs"
                         if workers == 1
                         else ""
                     )
