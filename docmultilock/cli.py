@@ -7,6 +7,7 @@ never exits itself (the console script and ``python -m docmultilock`` do)::
     docmultilock demo --uri mongodb://db.example:27017 --workers 8 --seconds 20
     docmultilock bench                       # every scenario beside the raw pymongo floor
     docmultilock bench --scenarios 1,2 --duration 5 --json
+    docmultilock bench --scenarios 9 --keepalive-locks 10000 --keepalive-seconds 60
 
 Exit status: 0 when all went well, 1 when the command failed (for ``demo``: any
 mutual-exclusion violation or worker error; for ``bench``: the server or a worker failed),
@@ -21,6 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, replace
 from typing import Any
 
 from pymongo.errors import PyMongoError
@@ -187,6 +189,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     from docmultilock._bench import (
         SCENARIOS,
         BenchSettings,
+        KeepAlive,
         render_json,
         render_table,
         run_bench,
@@ -197,10 +200,24 @@ def _run_bench(args: argparse.Namespace) -> int:
     command = ["docmultilock bench", f"--duration {args.duration:g}"]
     if scenarios != frozenset(SCENARIOS):
         command.append("--scenarios " + ",".join(map(str, sorted(scenarios))))
+    chosen = {
+        option: value
+        for option in ("locks", "lifetime", "seconds")
+        if (value := getattr(args, f"keepalive_{option}")) is not None
+    }
+    keepalive = replace(KeepAlive(), **chosen)
+    if 9 in scenarios:
+        for option, value in asdict(keepalive).items():
+            if value != getattr(KeepAlive, option):
+                command.append(f"--keepalive-{option} {value:g}")
     if args.uri:
         command.append(f"--uri <{hosts(args.uri)}>")
     settings = BenchSettings(
-        uri=args.uri, duration=args.duration, scenarios=scenarios, command=" ".join(command)
+        uri=args.uri,
+        duration=args.duration,
+        scenarios=scenarios,
+        command=" ".join(command),
+        keepalive=keepalive,
     )
     try:
         report = run_bench(settings)
@@ -212,7 +229,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_description() -> str:
-    from docmultilock._bench import SCENARIOS
+    from docmultilock._bench import SCENARIOS, KeepAlive
 
     listing = "; ".join(f"{number} {title}" for number, title in SCENARIOS.items())
     return (
@@ -220,7 +237,9 @@ def _bench_description() -> str:
         "find_one_and_update calls doing a hand-written single-document lock, in the same "
         "run on the same server. Prints one table (or JSON) with docmultilock's figure, "
         "the floor's, their ratio and the target. Without --uri each measurement gets a "
-        f"fresh embedded server. Scenarios: {listing}."
+        f"fresh embedded server. Scenarios: {listing}. Scenario 9 keeps "
+        f"{KeepAlive.locks:,} locks of {KeepAlive.lifetime:g} s alive for "
+        f"{KeepAlive.seconds:g} s unless the --keepalive options say otherwise."
     )
 
 
@@ -245,6 +264,27 @@ def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
         default=None,
         metavar="N,N",
         help="which scenarios to run, by number (default: all)",
+    )
+    bench.add_argument(
+        "--keepalive-locks",
+        type=_count(1, 1_000_000),
+        default=None,
+        metavar="N",
+        help="scenario 9: locks held with keepalive=True (default above)",
+    )
+    bench.add_argument(
+        "--keepalive-lifetime",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="scenario 9: the locks' lifetime (default above)",
+    )
+    bench.add_argument(
+        "--keepalive-seconds",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="scenario 9: how long they are kept alive, setup excluded (default above)",
     )
     bench.set_defaults(handler=_run_bench)
 

@@ -9,22 +9,42 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pymongo
-from pymongo import MongoClient, monitoring
+from pymongo import AsyncMongoClient, MongoClient, monitoring
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from docmultilock._bench._report import Progress, Row
 
-__all__ = ["DATABASE", "Bed", "Context", "Outcome", "bed", "connect", "payload", "server_version"]
+__all__ = [
+    "DATABASE",
+    "Bed",
+    "Context",
+    "KeepAlive",
+    "Outcome",
+    "bed",
+    "connect",
+    "connect_async",
+    "payload",
+    "server_version",
+]
 
 DATABASE = "docmultilock_bench"
 
 Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """The keep-alive capacity scenario's size: how many locks, of what lifetime, how long."""
+
+    locks: int = 1000
+    lifetime: float = 30.0
+    seconds: float = 40.0
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,7 @@ class Context:
     embedded: bool
     duration: float
     progress: Progress
+    keepalive: KeepAlive = field(default_factory=KeepAlive)
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,17 @@ class Outcome:
     collections: str
 
 
+def _options(uri: str) -> dict[str, Any]:
+    """The measuring options that ``uri`` does not set itself."""
+    given = {key.lower() for key in parse_qs(urlsplit(uri).query)}
+    options: dict[str, Any] = {
+        "retryWrites": False,
+        "socketTimeoutMS": 60_000,
+        "serverSelectionTimeoutMS": 30_000,
+    }
+    return {key: value for key, value in options.items() if key.lower() not in given}
+
+
 def connect(uri: str, listeners: Sequence[monitoring.CommandListener] = ()) -> MongoClient[Doc]:
     """A client for measuring: no retryable writes, and bounded waits.
 
@@ -52,14 +84,12 @@ def connect(uri: str, listeners: Sequence[monitoring.CommandListener] = ()) -> M
     as a run goes on. The bounds are socket and selection timeouts rather than ``timeoutMS``,
     which would add a client-side deadline to the floor's calls as well.
     """
-    given = {key.lower() for key in parse_qs(urlsplit(uri).query)}
-    options: dict[str, Any] = {
-        "retryWrites": False,
-        "socketTimeoutMS": 60_000,
-        "serverSelectionTimeoutMS": 30_000,
-    }
-    options = {key: value for key, value in options.items() if key.lower() not in given}
-    return MongoClient(uri, event_listeners=list(listeners), **options)
+    return MongoClient(uri, event_listeners=list(listeners), **_options(uri))
+
+
+def connect_async(uri: str) -> AsyncMongoClient[Doc]:
+    """An async client with the options of :func:`connect` (make it on the running loop)."""
+    return AsyncMongoClient(uri, **_options(uri))
 
 
 def server_version(client: MongoClient[Doc]) -> tuple[str, bool]:

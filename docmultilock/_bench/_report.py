@@ -15,13 +15,15 @@ __all__ = ["Bound", "Progress", "Report", "Row", "render_json", "render_table"]
 class Bound:
     """A target: ``of`` (the ratio, or docmultilock's own figure) compared with ``value``."""
 
-    op: Literal["<=", ">=", "==", ">"]
+    op: Literal["<", "<=", ">=", "==", ">"]
     value: float
     of: Literal["ratio", "docmultilock"] = "ratio"
 
     def holds(self, figure: float | None) -> bool | None:
         if figure is None:
             return None
+        if self.op == "<":
+            return figure < self.value
         if self.op == "<=":
             return figure <= self.value
         if self.op == ">=":

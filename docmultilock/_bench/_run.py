@@ -1,7 +1,8 @@
 """Run the selected scenarios, each on a fresh server (or the one given), and report.
 
 Scenarios share measurements: the uncontended loop gives scenarios 2, 3 and the first half
-of 8, the contended race gives 4 and the second half of 8.
+of 8, the contended race gives 4 and the second half of 8. Scenarios 9 and 10 have no floor:
+9 counts the locks one process keeps alive, 10 sets the async flavour beside the sync one.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version
 
-from docmultilock._bench import _commands, _contended, _single
-from docmultilock._bench._bed import Context, Outcome, connect, server_version
+from docmultilock._bench import _capacity, _commands, _contended, _flavours, _single
+from docmultilock._bench._bed import Context, KeepAlive, Outcome, connect, server_version
 from docmultilock._bench._report import Progress, Report
 from docmultilock.testing import URI_VARIABLE, EmbeddedServer
 
-__all__ = ["SCENARIOS", "BenchSettings", "run_bench"]
+__all__ = ["FLOORED", "SCENARIOS", "BenchSettings", "KeepAlive", "run_bench"]
 
 #: Every scenario, by number, with its title.
 SCENARIOS = {
@@ -29,7 +30,12 @@ SCENARIOS = {
     6: "readers at scale",
     7: "document size",
     8: "latency percentiles",
+    9: "keep-alive capacity",
+    10: "async beside sync",
 }
+
+#: The scenarios whose rows set docmultilock beside the raw pymongo floor.
+FLOORED = frozenset(range(1, 9))
 
 
 def _commands_outcome(context: Context) -> Outcome:
@@ -45,6 +51,8 @@ MEASUREMENTS: list[tuple[str, frozenset[int], Callable[[Context], Outcome]]] = [
     ("spread, 4 processes, 100 documents", frozenset({5}), _contended.spread),
     ("readers at scale", frozenset({6}), _single.readers),
     ("document size", frozenset({7}), _single.size),
+    ("keep-alive capacity, 1 process", frozenset({9}), _capacity.keepalive_capacity),
+    ("async beside sync", frozenset({10}), _flavours.async_beside_sync),
 ]
 
 
@@ -56,6 +64,7 @@ class BenchSettings:
     duration: float = 10.0
     scenarios: frozenset[int] = field(default_factory=lambda: frozenset(SCENARIOS))
     command: str = "docmultilock bench"
+    keepalive: KeepAlive = field(default_factory=KeepAlive)
 
 
 @contextlib.contextmanager
@@ -94,7 +103,8 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Repo
                     command=settings.command,
                     versions={name: version(name) for name in ("docmultilock", "pymongo")},
                 )
-            outcome = measure(Context(uri, report.embedded, settings.duration, progress))
+            context = Context(uri, report.embedded, settings.duration, progress, settings.keepalive)
+            outcome = measure(context)
         progress.end()
         report.collections[title] = outcome.collections
         report.rows += [row for row in outcome.rows if row.scenario in settings.scenarios]
