@@ -21,6 +21,7 @@ from docmultilock._async.hold import AsyncHeldLock
 from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
 from docmultilock._async.named import AsyncNamedLocks
 from docmultilock._lock import Lock, LockSchema
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.hold import HeldLock
 from docmultilock._sync.managers import MultiLock, WriteLock
 from docmultilock._sync.named import NamedLocks
@@ -61,6 +62,7 @@ __all__ = [
     "DbTimeout",
     "DocumentTooLarge",
     "HeldLock",
+    "HolderSnapshot",
     "IncompatibleLockField",
     "InvalidArgument",
     "InvalidConfiguration",
@@ -70,6 +72,7 @@ __all__ = [
     "LockError",
     "LockNotFound",
     "LockSchema",
+    "LockSnapshot",
     "LockTimeout",
     "LockWasReacquired",
     "MultiLock",

@@ -36,6 +36,7 @@ from docmultilock.errors import InvalidArgument
 __all__ = [
     "ATTEMPTS",
     "SYSTEM_CLOCK",
+    "Aggregate",
     "Clock",
     "Effect",
     "Flow",
@@ -100,7 +101,15 @@ class MakeTtlIndex:
     timeout: float | None
 
 
-Effect = Send | Reread | ServerTime | Sleep | MakeTtlIndex
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Run a read-only aggregation ``pipeline``; get the list of its documents."""
+
+    pipeline: list[dict[str, Any]]
+    timeout: float | None
+
+
+Effect = Send | Reread | ServerTime | Sleep | MakeTtlIndex | Aggregate
 
 #: A flow: yields effects, is sent their results, returns ``T``.
 Flow = Generator[Effect, Any, T]

@@ -19,9 +19,11 @@ from docmultilock import _indexes
 from docmultilock._args import check_lock, document_target, tag_or_only
 from docmultilock._core import Home, LockCore, Verdicts
 from docmultilock._failures import translate
-from docmultilock._flows import Clock, Flow, MakeTtlIndex, Sent, ServerTime, send
+from docmultilock._flows import Aggregate, Clock, Flow, MakeTtlIndex, Sent, ServerTime, send
+from docmultilock._inspection import BreakPlan, InspectPlan, break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock.errors import (
     AssertiveLock,
     DbError,
@@ -278,6 +280,52 @@ class LockOperations:
         held = check_lock(lock, self.options.rules, granted=True)
         _, target = self._locate(key, held)
         return self.core.guard(target, held)
+
+    def inspect(self, key: object, timeout: Duration | None) -> Flow[LockSnapshot]:
+        """Read ``key``'s lock field with the server's time; one read-only command."""
+        user_filter = self.key_filter(key)
+        plan = InspectPlan.make(self.core, user_filter)
+        try:
+            replies = yield Aggregate(plan.pipeline, self.limit(timeout))
+        except PyMongoError as exc:
+            raise translate(exc, "inspect", user_filter) from exc
+        snapshot = plan.read(replies)
+        log.debug(
+            "inspected %r: fence %d, %d entries",
+            snapshot.document_id,
+            snapshot.fence,
+            len(snapshot.holders),
+        )
+        return snapshot
+
+    def break_lock(
+        self,
+        key: object,
+        lock_id: object,
+        all_expired: bool,
+        everyone: bool,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[tuple[HolderSnapshot, ...]]:
+        """Remove entries from ``key``'s lock field, keeping its fence; one command."""
+        mode = break_mode(lock_id, all_expired, everyone)
+        user_filter = self.key_filter(key)
+        plan = BreakPlan.make(
+            self.core,
+            user_filter,
+            mode=mode,
+            lock_id=lock_id if isinstance(lock_id, str) else None,
+            token=new_lock_id(),
+        )
+        reply = yield from send(
+            plan.command, doing="break", w=self.concern(w), limit=self.limit(timeout), clock=clock
+        )
+        removed = plan.read(reply)
+        log.debug(
+            "broke %s on %r: removed %s", mode, user_filter, [holder.id for holder in removed]
+        )
+        return removed
 
     def ensure_indexes(self, timeout: Duration | None) -> Flow[None]:
         """Create the TTL index of a named-lock collection now (idempotent)."""
