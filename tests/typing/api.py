@@ -44,9 +44,9 @@ def usage() -> None:
 
         snapshot: LockSnapshot = wl.inspect({"_id": 1})
         left: list[float] = [holder.seconds_left for holder in snapshot.holders]
-        held: bool = wl.locked({"_id": 1}, "write") or snapshot.locked()
+        busy: bool = wl.locked({"_id": 1}, "write") or snapshot.locked()
         removed: tuple[HolderSnapshot, ...] = wl.break_lock({"_id": 1}, all_expired=True)
-        assert left or held or removed
+        assert left or busy or removed
 
         ml = MultiLock(
             orders,
