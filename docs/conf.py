@@ -55,6 +55,8 @@ nitpick_ignore = [
     ("py:class", "pymongo.synchronous.collection.Collection"),
     ("py:class", "pymongo.synchronous.database.Database"),
     ("py:class", "threading.Event"),
+    # hold()'s return type: a private context manager (its result, HeldLock, is documented).
+    ("py:class", "docmultilock._sync.hold.Hold"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),

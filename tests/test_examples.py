@@ -57,7 +57,8 @@ def test_edit_example_writes_guarded_and_reports_the_loss(uri: str) -> None:
         "reader refused during the edit: CooperativeLock",
         "edit done, lock released",
     ]
-    assert lines[-4:] == [
+    assert lines[-5:] == [
+        "an operator broke 1 lock(s): ['write']",
         "guarded write after the loss: matched 0",
         "hold() raised after the block: LockNotFound",
         "on_lost was called with: ['LockNotFound']",
