@@ -22,7 +22,7 @@ from docmultilock._pipeline import OURS, break_body, update_stages
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot, as_utc, holders_at
 from docmultilock.errors import InvalidArgument, ResourceNotFound
 
-__all__ = ["BreakPlan", "InspectPlan", "break_mode"]
+__all__ = ["BreakPlan", "InspectPlan", "break_mode", "doomed"]
 
 Filter = Mapping[str, Any]
 
@@ -47,6 +47,21 @@ def break_mode(lock_id: object, all_expired: bool, everyone: bool) -> str:
     if lock_id is not None and not isinstance(lock_id, str):
         raise InvalidArgument(f"lock_id must be a string, not {type(lock_id).__name__}")
     return chosen[0]
+
+
+def doomed(snapshot: LockSnapshot, mode: str, lock_id: str | None) -> tuple[HolderSnapshot, ...]:
+    """The entries of ``snapshot`` a break in ``mode`` would remove, for a preview.
+
+    Mirrors ``_pipeline.BREAK_MODES`` at the snapshot's server time; the break itself
+    decides again on the server, at its own time.
+    """
+    if mode == "everyone":
+        return snapshot.holders
+    return tuple(
+        holder
+        for holder in snapshot.holders
+        if holder.expired or (mode == "lock_id" and holder.id == lock_id)
+    )
 
 
 @dataclass(frozen=True, slots=True)
