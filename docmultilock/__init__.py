@@ -20,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 from docmultilock._async.hold import AsyncHeldLock
 from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
 from docmultilock._async.named import AsyncNamedLocks
+from docmultilock._events import LockEvent, LockListener
 from docmultilock._lock import Lock, LockSchema
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.hold import HeldLock
@@ -70,6 +71,8 @@ __all__ = [
     "LockAlreadyTaken",
     "LockConflict",
     "LockError",
+    "LockEvent",
+    "LockListener",
     "LockNotFound",
     "LockSchema",
     "LockSnapshot",

@@ -16,6 +16,7 @@ from docmultilock._args import check_flavour
 from docmultilock._async.driver import AsyncMongoIO, run
 from docmultilock._async.hold import AsyncHold
 from docmultilock._core import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
+from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
@@ -164,7 +165,11 @@ class _AsyncDocumentLocks(AsyncLockManager):
     """The release, extend and guard of the managers that lock the user's own documents."""
 
     def __init__(
-        self, collection: AsyncCollection[Any], options: LockOptions, verdicts: Verdicts
+        self,
+        collection: AsyncCollection[Any],
+        options: LockOptions,
+        verdicts: Verdicts,
+        listener: LockListener | None,
     ) -> None:
         check_flavour(collection, AsyncCollection, "collection", type(self).__name__)
         ops = LockOperations(
@@ -172,6 +177,7 @@ class _AsyncDocumentLocks(AsyncLockManager):
             home=DOCUMENTS,
             verdicts=verdicts,
             where=(collection.database.client, collection.full_name),
+            listener=listener,
         )
         super().__init__(collection, ops)
 
@@ -238,7 +244,8 @@ class AsyncMultiLock(_AsyncDocumentLocks):
         await locks.release({"_id": 1}, lock)
 
     A document takes at most ``max_holders`` live entries (held and pending) at once; one
-    more is refused with :class:`~docmultilock.TooManyHolders`.
+    more is refused with :class:`~docmultilock.TooManyHolders`. A ``listener``
+    (:class:`~docmultilock.LockListener`) is told of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -255,6 +262,7 @@ class AsyncMultiLock(_AsyncDocumentLocks):
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
         max_holders: int = DEFAULT_MAX_HOLDERS,
+        listener: LockListener | None = None,
     ) -> None:
         options = load_options(
             lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
@@ -268,7 +276,7 @@ class AsyncMultiLock(_AsyncDocumentLocks):
             error_factory=error_factory,
             max_holders=max_holders,
         )
-        super().__init__(collection, options, SHARED)
+        super().__init__(collection, options, SHARED, listener)
 
     async def acquire(
         self,
@@ -317,6 +325,7 @@ class AsyncWriteLock(_AsyncDocumentLocks):
         w: int | str = "majority",
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
+        listener: LockListener | None = None,
     ) -> None:
         options = load_options(
             lock_relationships=WRITE_ONLY,
@@ -326,7 +335,7 @@ class AsyncWriteLock(_AsyncDocumentLocks):
             field=field,
             error_factory=error_factory,
         )
-        super().__init__(collection, options, EXCLUSIVE)
+        super().__init__(collection, options, EXCLUSIVE, listener)
 
     async def acquire(
         self,

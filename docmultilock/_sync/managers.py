@@ -16,6 +16,7 @@ from pymongo.collection import Collection
 
 from docmultilock._args import check_flavour
 from docmultilock._core import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
+from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
@@ -164,7 +165,11 @@ class _DocumentLocks(LockManager):
     """The release, extend and guard of the managers that lock the user's own documents."""
 
     def __init__(
-        self, collection: Collection[Any], options: LockOptions, verdicts: Verdicts
+        self,
+        collection: Collection[Any],
+        options: LockOptions,
+        verdicts: Verdicts,
+        listener: LockListener | None,
     ) -> None:
         check_flavour(collection, Collection, "collection", type(self).__name__)
         ops = LockOperations(
@@ -172,6 +177,7 @@ class _DocumentLocks(LockManager):
             home=DOCUMENTS,
             verdicts=verdicts,
             where=(collection.database.client, collection.full_name),
+            listener=listener,
         )
         super().__init__(collection, ops)
 
@@ -236,7 +242,8 @@ class MultiLock(_DocumentLocks):
         locks.release({"_id": 1}, lock)
 
     A document takes at most ``max_holders`` live entries (held and pending) at once; one
-    more is refused with :class:`~docmultilock.TooManyHolders`.
+    more is refused with :class:`~docmultilock.TooManyHolders`. A ``listener``
+    (:class:`~docmultilock.LockListener`) is told of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -253,6 +260,7 @@ class MultiLock(_DocumentLocks):
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
         max_holders: int = DEFAULT_MAX_HOLDERS,
+        listener: LockListener | None = None,
     ) -> None:
         options = load_options(
             lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
@@ -266,7 +274,7 @@ class MultiLock(_DocumentLocks):
             error_factory=error_factory,
             max_holders=max_holders,
         )
-        super().__init__(collection, options, SHARED)
+        super().__init__(collection, options, SHARED, listener)
 
     def acquire(
         self,
@@ -315,6 +323,7 @@ class WriteLock(_DocumentLocks):
         w: int | str = "majority",
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
+        listener: LockListener | None = None,
     ) -> None:
         options = load_options(
             lock_relationships=WRITE_ONLY,
@@ -324,7 +333,7 @@ class WriteLock(_DocumentLocks):
             field=field,
             error_factory=error_factory,
         )
-        super().__init__(collection, options, EXCLUSIVE)
+        super().__init__(collection, options, EXCLUSIVE, listener)
 
     def acquire(
         self,
