@@ -258,7 +258,9 @@ class LockOperations:
         except LockNotFound as err:
             # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
             # removed it: while the lock is unexpired by the server's clock nobody else can
-            # (pruning takes only expired entries), so the release did happen.
+            # (pruning takes only expired entries), so the release did happen. An operator's
+            # break_lock may also have removed it meanwhile: reporting success is harmless
+            # then, since the lock is gone either way.
             if not (sent.unsure and (yield from self._unexpired(held.id, limit))):
                 ledger.forget(held.id)
                 self._lost(user_filter, held, started, clock, err)
