@@ -9,6 +9,7 @@ import pytest
 from pymongo.collection import Collection
 
 from docmultilock import (
+    AssertiveLock,
     HolderSnapshot,
     IncompatibleLockField,
     InvalidArgument,
@@ -86,9 +87,9 @@ def test_inspect_marks_an_expired_entry_and_writes_nothing(
 
 def test_inspect_shows_a_pending_entry(rw: MultiLock, doc: Doc) -> None:
     rw.acquire(doc, tag="read")
-    with pytest.raises(Exception) as waiting:  # noqa: PT011 - AssertiveLock, checked below
+    with pytest.raises(AssertiveLock) as waiting:
         rw.acquire(doc, tag="write")
-    pending = waiting.value.lock  # type: ignore[attr-defined]
+    pending = waiting.value.lock
 
     holders = {h.id: h for h in rw.inspect(doc).holders}
 
