@@ -20,7 +20,9 @@ from importlib.metadata import PackageNotFoundError, version
 from docmultilock._async.hold import AsyncHeldLock
 from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
 from docmultilock._async.named import AsyncNamedLocks
+from docmultilock._events import LockEvent, LockListener
 from docmultilock._lock import Lock, LockSchema
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.hold import HeldLock
 from docmultilock._sync.managers import MultiLock, WriteLock
 from docmultilock._sync.named import NamedLocks
@@ -61,6 +63,7 @@ __all__ = [
     "DbTimeout",
     "DocumentTooLarge",
     "HeldLock",
+    "HolderSnapshot",
     "IncompatibleLockField",
     "InvalidArgument",
     "InvalidConfiguration",
@@ -68,8 +71,11 @@ __all__ = [
     "LockAlreadyTaken",
     "LockConflict",
     "LockError",
+    "LockEvent",
+    "LockListener",
     "LockNotFound",
     "LockSchema",
+    "LockSnapshot",
     "LockTimeout",
     "LockWasReacquired",
     "MultiLock",

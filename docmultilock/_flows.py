@@ -36,6 +36,7 @@ from docmultilock.errors import InvalidArgument
 __all__ = [
     "ATTEMPTS",
     "SYSTEM_CLOCK",
+    "Aggregate",
     "Clock",
     "Effect",
     "Flow",
@@ -100,7 +101,15 @@ class MakeTtlIndex:
     timeout: float | None
 
 
-Effect = Send | Reread | ServerTime | Sleep | MakeTtlIndex
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Run a read-only aggregation ``pipeline``; get the list of its documents."""
+
+    pipeline: list[dict[str, Any]]
+    timeout: float | None
+
+
+Effect = Send | Reread | ServerTime | Sleep | MakeTtlIndex | Aggregate
 
 #: A flow: yields effects, is sent their results, returns ``T``.
 Flow = Generator[Effect, Any, T]
@@ -150,13 +159,14 @@ def send(
     limit: float | None,
     clock: Clock,
     sent: Sent | None = None,
+    on_retry: Callable[[PyMongoError], object] | None = None,
 ) -> Flow[Mapping[str, Any] | None]:
     """Send one command and return its reply; the only place pymongo errors leave a flow.
 
     A transient failure (a cut connection, a fail-over) is retried with the same command
     until ``limit`` seconds have passed: every command is idempotent by lock id, so a retry
     of one that was applied finds its own work done (``sent`` records that a reply may have
-    been lost).
+    been lost). ``on_retry`` is told of each failure about to be retried.
     """
     give_up = None if limit is None else clock.monotonic() + limit
     duplicate_retried = False
@@ -192,7 +202,10 @@ def send(
                 or (give_up is not None and clock.monotonic() + pause >= give_up)
             ):
                 raise translate(exc, doing, command.filter) from exc
-            log.debug("%s: retrying after %r", doing, exc)
+            if on_retry is None:
+                log.debug("%s: retrying after %r", doing, exc)
+            else:
+                on_retry(exc)  # logs it too
             yield Sleep(pause)
         except (InvalidDocument, OverflowError, UnicodeEncodeError) as exc:
             # Encoding fails before anything is sent: the caller's filter holds a value

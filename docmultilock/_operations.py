@@ -18,12 +18,16 @@ from pymongo.errors import PyMongoError
 from docmultilock import _indexes
 from docmultilock._args import check_lock, document_target, tag_or_only
 from docmultilock._core import Home, LockCore, Verdicts
+from docmultilock._events import Emitter, LockListener
 from docmultilock._failures import translate
-from docmultilock._flows import Clock, Flow, MakeTtlIndex, Sent, ServerTime, send
+from docmultilock._flows import Aggregate, Clock, Flow, MakeTtlIndex, Sent, ServerTime, send
+from docmultilock._inspection import BreakPlan, InspectPlan, break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock.errors import (
     AssertiveLock,
+    CooperativeLock,
     DbError,
     InvalidArgument,
     LockError,
@@ -55,6 +59,7 @@ class LockOperations:
 
     :param where: identifies the collection for the process-wide TTL-index record: the
         client object (held weakly) and the collection's full name.
+    :param listener: told of every decision (``_events``); its errors are only logged.
     """
 
     def __init__(
@@ -64,8 +69,10 @@ class LockOperations:
         home: Home,
         verdicts: Verdicts,
         where: tuple[object, str],
+        listener: LockListener | None = None,
     ) -> None:
         self.options = options
+        self.events = Emitter(listener)
         self.core = LockCore(
             options.field,
             options.rules,
@@ -167,17 +174,38 @@ class LockOperations:
             continuing=pending,
         )
         limit, concern = self.limit(timeout), self.concern(w)
-        reply = yield from send(plan.command, doing="acquire", w=concern, limit=limit, clock=clock)
+        started = clock.monotonic()
+        reply = yield from send(
+            plan.command,
+            doing="acquire",
+            w=concern,
+            limit=limit,
+            clock=clock,
+            on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
+        )
         try:
             granted = plan.read(reply)
-        except AssertiveLock as err:
-            self.ledger.saw(err.lock)
-            raise
         except LockError as err:
-            log.debug("acquire %r on %r: %s", name, user_filter, err.code)
+            kind = _kind_of(err)
+            if isinstance(err, AssertiveLock):
+                self.ledger.saw(err.lock)
+            if kind is None:
+                log.debug("acquire %r on %r: %s", name, user_filter, err.code)
+            else:
+                self.events.emit(
+                    kind,
+                    user_filter,
+                    tag=name,
+                    lock=getattr(err, "lock", None) or pending,
+                    outcome=err.code,
+                    duration=clock.monotonic() - started,
+                    error=err,
+                )
             raise
         self.ledger.saw(granted)
-        log.debug("acquired %s %s on %r", granted.tag, granted.id, granted.document_id)
+        self.events.emit(
+            "granted", user_filter, tag=name, lock=granted, duration=clock.monotonic() - started
+        )
         if self.core.home.on_demand:
             yield from self._index_once(limit)
         return granted
@@ -196,6 +224,8 @@ class LockOperations:
         limit, concern = self.limit(timeout), self.concern(w)
         ledger = self.ledger
         sent = Sent(unsure=ledger.was_unsure(held.id))
+        started = clock.monotonic()
+        retrying = self.events.retrying(user_filter, held.tag, started, clock.monotonic)
         try:
             deleting = self.core.release_by_delete(target, lock=held)
             deleted = False
@@ -207,26 +237,54 @@ class LockOperations:
                     limit=limit,
                     clock=clock,
                     sent=sent,
+                    on_retry=retrying,
                 )
                 deleted = deleting.read(reply)
             if not deleted:
                 plan = self.core.release(target, user_filter=user_filter, lock=held)
                 reply = yield from send(
-                    plan.command, doing="release", w=concern, limit=limit, clock=clock, sent=sent
+                    plan.command,
+                    doing="release",
+                    w=concern,
+                    limit=limit,
+                    clock=clock,
+                    sent=sent,
+                    on_retry=retrying,
                 )
                 plan.read(reply)
         except DbError:
             ledger.release_unsure(held.id)
             raise
-        except LockNotFound:
+        except LockNotFound as err:
             # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
             # removed it: while the lock is unexpired by the server's clock nobody else can
-            # (pruning takes only expired entries), so the release did happen.
+            # (pruning takes only expired entries), so the release did happen. An operator's
+            # break_lock may also have removed it meanwhile: reporting success is harmless
+            # then, since the lock is gone either way.
             if not (sent.unsure and (yield from self._unexpired(held.id, limit))):
                 ledger.forget(held.id)
+                self._lost(user_filter, held, started, clock, err)
                 raise
             log.debug("release of %s was applied by an attempt whose reply was lost", held.id)
         ledger.forget(held.id)
+        self.events.emit(
+            "released", user_filter, tag=held.tag, lock=held, duration=clock.monotonic() - started
+        )
+
+    def _lost(
+        self, user_filter: dict[str, Any], lock: Lock, started: float, clock: Clock, err: LockError
+    ) -> None:
+        """Report ``lock`` as lost (the flow is re-raising ``err``)."""
+        duration = clock.monotonic() - started
+        self.events.emit(
+            "lost",
+            user_filter,
+            tag=lock.tag,
+            lock=lock,
+            outcome=err.code,
+            duration=duration,
+            error=err,
+        )
 
     def _unexpired(self, lock_id: str, limit: float | None) -> Flow[bool]:
         """True while the server's clock is before the expiry this manager saw it stamp.
@@ -262,15 +320,28 @@ class LockOperations:
             lock=held,
             lifetime_ms=None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
         )
+        started = clock.monotonic()
         reply = yield from send(
             plan.command,
             doing="extend",
             w=self.concern(w),
             limit=self.limit(timeout),
             clock=clock,
+            on_retry=self.events.retrying(user_filter, held.tag, started, clock.monotonic),
         )
-        extended = plan.read(reply)
+        try:
+            extended = plan.read(reply)
+        except LockNotFound as err:
+            self._lost(user_filter, held, started, clock, err)
+            raise
         self.ledger.saw(extended)
+        self.events.emit(
+            "extended",
+            user_filter,
+            tag=held.tag,
+            lock=extended,
+            duration=clock.monotonic() - started,
+        )
         return extended
 
     def guard(self, key: object, lock: object) -> dict[str, Any]:
@@ -278,6 +349,52 @@ class LockOperations:
         held = check_lock(lock, self.options.rules, granted=True)
         _, target = self._locate(key, held)
         return self.core.guard(target, held)
+
+    def inspect(self, key: object, timeout: Duration | None) -> Flow[LockSnapshot]:
+        """Read ``key``'s lock field with the server's time; one read-only command."""
+        user_filter = self.key_filter(key)
+        plan = InspectPlan.make(self.core, user_filter)
+        try:
+            replies = yield Aggregate(plan.pipeline, self.limit(timeout))
+        except PyMongoError as exc:
+            raise translate(exc, "inspect", user_filter) from exc
+        snapshot = plan.read(replies)
+        log.debug(
+            "inspected %r: fence %d, %d entries",
+            snapshot.document_id,
+            snapshot.fence,
+            len(snapshot.holders),
+        )
+        return snapshot
+
+    def break_lock(
+        self,
+        key: object,
+        lock_id: object,
+        all_expired: bool,
+        everyone: bool,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[tuple[HolderSnapshot, ...]]:
+        """Remove entries from ``key``'s lock field, keeping its fence; one command."""
+        mode = break_mode(lock_id, all_expired, everyone)
+        user_filter = self.key_filter(key)
+        plan = BreakPlan.make(
+            self.core,
+            user_filter,
+            mode=mode,
+            lock_id=lock_id if isinstance(lock_id, str) else None,
+            token=new_lock_id(),
+        )
+        reply = yield from send(
+            plan.command, doing="break", w=self.concern(w), limit=self.limit(timeout), clock=clock
+        )
+        removed = plan.read(reply)
+        log.debug(
+            "broke %s on %r: removed %s", mode, user_filter, [holder.id for holder in removed]
+        )
+        return removed
 
     def ensure_indexes(self, timeout: Duration | None) -> Flow[None]:
         """Create the TTL index of a named-lock collection now (idempotent)."""
@@ -306,6 +423,15 @@ class LockOperations:
                 retry,
                 err,
             )
+
+
+def _kind_of(err: LockError) -> str | None:
+    """The event an acquisition's error reports: pending, lost or refused (else none)."""
+    if isinstance(err, AssertiveLock):
+        return "pending"
+    if isinstance(err, LockNotFound):
+        return "lost"
+    return "refused" if isinstance(err, CooperativeLock) else None
 
 
 def describe(options: LockOptions, full_name: str, cls: str) -> str:

@@ -8,7 +8,8 @@ documents it for users)::
       v: 1,                 # layout version; any other value is refused, never overwritten
       fence: <int>,         # last fence granted on this document; never decreases
       expires: <date>,      # latest expiry among holders (time of the last write if none)
-      holders: [{id, tag, pending, fence, acquired, expires, ttl}, ...]
+      holders: [{id, tag, pending, fence, acquired, expires, ttl}, ...],
+      broken: {token, at, removed: [...]}   # only after break_lock, until the next write
     }
 
 An entry's ``ttl`` is the lifetime (ms) it was taken or last extended with: renewals keep it
@@ -33,11 +34,13 @@ from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, is_non_emp
 from docmultilock._rules import TagRules
 
 __all__ = [
+    "BREAK_MODES",
     "FENCES_PER_MS",
     "FENCE_LIMIT",
     "LAYOUT_VERSION",
     "OURS",
     "acquire_body",
+    "break_body",
     "capped",
     "extend_body",
     "release_body",
@@ -306,6 +309,57 @@ def extend_body(field: str, *, clock: bool) -> Expr:
     # pruned with the rest.
     renewed = _renew("$$tag", {}, granted_only=True)
     return _with_live_state(field, _state(renewed, "$$fence0", clock=clock))
+
+
+#: Which entries ``break_lock`` removes, per mode, as a condition on entry ``$$h``. Expired
+#: entries go with every mode, as with every other write: none may stay beside a live one.
+_EXPIRED: Expr = {"$lte": ["$$h.expires", "$$now"]}
+BREAK_MODES: dict[str, Expr] = {
+    "lock_id": {"$or": [{"$eq": ["$$h.id", "$$id"]}, _EXPIRED]},
+    "all_expired": _EXPIRED,
+    "everyone": True,
+}
+
+
+def break_body(field: str, mode: str, *, clock: bool) -> Expr:
+    """Remove the entries ``mode`` picks; keep the fence; record what went under ``broken``.
+
+    The fence is kept as it is (never lowered), and for a named lock ``_state`` keeps the
+    emptied document's expiry past its fence's millisecond, so a clock fence granted after
+    the TTL index deletes it still outranks every earlier grant. The ``broken`` record
+    (``$$token`` tells this call's own from an earlier one) is how the reply, which shows
+    the document only *after* the write, names the removed entries and the server's time;
+    the next write of the field drops it. With nothing to remove the field is left exactly
+    as it was (a missing one stays missing).
+    """
+    gone = BREAK_MODES[mode]
+    every: Expr = {"$ifNull": ["$$st.holders", []]}
+    removed = {"$filter": {"input": every, "as": "h", "cond": gone}}
+    kept = {"$filter": {"input": every, "as": "h", "cond": {"$not": [gone]}}}
+    record = {"broken": {"token": "$$token", "at": "$$now", "removed": "$$removed"}}
+    cleared = {"$mergeObjects": [_state("$$kept", "$$fence0", clock=clock), record]}
+    unchanged = f"${field}"
+    return {
+        "$let": {
+            "vars": {"st": field_or_null(field)},
+            "in": {
+                "$cond": [
+                    OURS,
+                    {
+                        "$let": {
+                            "vars": {
+                                "removed": removed,
+                                "kept": kept,
+                                "fence0": {"$ifNull": ["$$st.fence", 0]},
+                            },
+                            "in": {"$cond": [is_non_empty("$$removed"), cleared, unchanged]},
+                        }
+                    },
+                    unchanged,
+                ]
+            },
+        }
+    }
 
 
 def update_stages(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,7 @@
-"""The ``docmultilock`` command line: ``demo`` and ``bench``.
+"""The ``docmultilock`` command line: ``demo``, ``bench``, and the operators' commands.
+
+``inspect``, ``break``, ``ensure-indexes`` and ``doctor`` are in ``_cli_ops``, with their
+exit statuses.
 
 :func:`main` parses the arguments and runs the subcommand. It returns the exit status and
 never exits itself (the console script and ``python -m docmultilock`` do)::
@@ -301,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_demo(commands)
     _add_bench(commands)
+    # The operators' commands (inspect, break, ensure-indexes, doctor) live in their own
+    # module; imported here, as it imports this one for ``hosts``.
+    from docmultilock._cli_ops import add_commands
+
+    add_commands(commands)
     return parser
 
 

@@ -68,8 +68,10 @@ def lose_the_lock(locks: MultiLock, invoices: Collection[dict[str, Any]]) -> Non
         with locks.hold(
             INVOICE, tag="write", keepalive=True, lock_timeout=1.0, on_lost=on_lost
         ) as held:
-            # An administrator breaks the lock in the middle of the edit.
-            invoices.update_one(INVOICE, {"$unset": {"lock": ""}})
+            # An administrator breaks the lock in the middle of the edit: break_lock() removes
+            # just this entry and keeps the fence (never $unset the field: that resets it).
+            removed = locks.break_lock(INVOICE, lock_id=held.lock.id)
+            print(f"an operator broke {len(removed)} lock(s): {[h.tag for h in removed]}")
             held.lost.wait(10.0)  # the next keep-alive finds out (within lock_timeout / 3)
             result = invoices.update_one(held.guard(), {"$set": {"status": "void"}})
             print(f"guarded write after the loss: matched {result.matched_count}")

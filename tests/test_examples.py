@@ -62,7 +62,8 @@ def test_edit_example_writes_guarded_and_reports_the_loss(uri: str) -> None:
         "reader refused during the edit: CooperativeLock",
         "edit done, lock released",
     ]
-    assert lines[-4:] == [
+    assert lines[-5:] == [
+        "an operator broke 1 lock(s): ['write']",
         "guarded write after the loss: matched 0",
         "hold() raised after the block: LockNotFound",
         "on_lost was called with: ['LockNotFound']",
@@ -262,3 +263,50 @@ def test_nightly_report_runs_on_exactly_one_instance(uri: str) -> None:
     assert (len(running), len(skipped)) == (2, 4)  # one of three instances, two nights
     assert "anyone holding nightly-report after the run: False" in lines
     assert lines[-1] == "the next night's fence is larger: True"
+
+
+def metric_points(reader: Any) -> dict[str, list[Any]]:
+    """Every data point the in-memory reader holds, by metric name."""
+    points: dict[str, list[Any]] = {}
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                points.setdefault(metric.name, []).extend(metric.data.data_points)
+    return points
+
+
+def test_otel_example_counts_grants_refusals_losses_and_times_them(
+    collection: Collection[dict[str, Any]], make_lock: Any
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from docmultilock import CooperativeLock, LockNotFound, MultiLock
+
+    example = load_example("otel_metrics.py")
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    listener = example.MetricsListener(provider.get_meter("test"))
+    locks = make_lock(MultiLock, collection, listener=listener)
+    collection.insert_one({"_id": 1})
+
+    first = locks.acquire({"_id": 1}, tag="write")
+    with pytest.raises(CooperativeLock):
+        locks.acquire({"_id": 1}, tag="write")
+    locks.release({"_id": 1}, first)
+    second = locks.acquire({"_id": 1}, tag="write")
+    locks.break_lock({"_id": 1}, everyone=True)
+    with pytest.raises(LockNotFound):
+        locks.release({"_id": 1}, second)
+
+    points = metric_points(reader)
+    assert [p.value for p in points["docmultilock.grants"]] == [2]
+    assert [(dict(p.attributes), p.value) for p in points["docmultilock.refusals"]] == [
+        ({"tag": "write", "code": "CooperativeLock"}, 1)
+    ]
+    assert [p.value for p in points["docmultilock.losses"]] == [1]
+    acquire = {p.attributes["outcome"]: p.count for p in points["docmultilock.acquire.duration"]}
+    assert acquire == {"granted": 2, "refused": 1}
+    (held,) = points["docmultilock.hold.duration"]
+    assert held.count == 2
+    assert held.sum >= 0

@@ -19,6 +19,7 @@ from pymongo.write_concern import WriteConcern
 
 from docmultilock._core import Command
 from docmultilock._flows import (
+    Aggregate,
     Clock,
     Effect,
     Flow,
@@ -74,6 +75,10 @@ class AsyncMongoIO:
                 hello = await self.collection.database.client.admin.command("hello")
             now: datetime = hello["localTime"]
             return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now
+        if isinstance(effect, Aggregate):
+            with _deadline(effect.timeout):
+                cursor = await self.collection.aggregate(effect.pipeline)
+                return await cursor.to_list()
         if isinstance(effect, MakeTtlIndex):
             with _deadline(effect.timeout):
                 # Create the collection first, so the index never creates it implicitly:

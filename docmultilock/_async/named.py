@@ -18,6 +18,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._async.managers import AsyncLockManager
 from docmultilock._core import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
+from docmultilock._events import LockListener
 from docmultilock._lock import Lock
 from docmultilock._operations import NAMED_FIELD, LockOperations
 from docmultilock._rules import WRITE_ONLY
@@ -38,7 +39,8 @@ class AsyncNamedLocks(AsyncLockManager):
         lock = await jobs.acquire("nightly-report")     # LockAlreadyTaken (409) when held
         await jobs.release("nightly-report", lock)
 
-    A name takes at most ``max_holders`` live entries at once.
+    A name takes at most ``max_holders`` live entries at once. A ``listener``
+    (:class:`~docmultilock.LockListener`) is told of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -55,6 +57,7 @@ class AsyncNamedLocks(AsyncLockManager):
         w: int | str = "majority",
         error_factory: ErrorFactory | None = None,
         max_holders: int = DEFAULT_MAX_HOLDERS,
+        listener: LockListener | None = None,
     ) -> None:
         check_flavour(database, AsyncDatabase, "database", type(self).__name__)
         options = load_options(
@@ -75,6 +78,7 @@ class AsyncNamedLocks(AsyncLockManager):
             home=NAMES,
             verdicts=EXCLUSIVE if lock_relationships is None else SHARED,
             where=(database.client, locks.full_name),
+            listener=listener,
         )
         super().__init__(locks, ops)
 

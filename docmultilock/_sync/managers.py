@@ -16,11 +16,13 @@ from pymongo.collection import Collection
 
 from docmultilock._args import check_flavour
 from docmultilock._core import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
+from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations, describe
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.driver import MongoIO, run
 from docmultilock._sync.hold import Hold
 from docmultilock.errors import LockError
@@ -52,6 +54,60 @@ class LockManager:
             return run(flow, self._io, self._clock)
         except LockError as err:
             raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+    def inspect(self, key: Any, *, timeout: Duration | None = None) -> LockSnapshot:
+        """Return the lock on ``key`` (a filter, or a name) as the server sees it now.
+
+        One read-only command: the entries come back with the server's clock, so expiry is
+        judged by the server's time; nothing is written, not even pruning::
+
+            snapshot = locks.inspect({"_id": 1})
+            print(snapshot.fence, [(h.id, h.tag, h.seconds_left) for h in snapshot.holders])
+
+        :raises ResourceNotFound: no document matches the filter (a name nobody holds gives
+            an empty snapshot instead).
+        :raises IncompatibleLockField: the field holds data docmultilock does not own.
+        """
+        return self._run(self._ops.inspect(key, timeout))
+
+    def locked(self, key: Any, tag: str | None = None, *, timeout: Duration | None = None) -> bool:
+        """True when a granted, unexpired entry (of ``tag``, if given) holds ``key`` now.
+
+        Read-only, like :meth:`inspect`; the answer may be stale as soon as it returns.
+        """
+        snapshot = self.inspect(key, timeout=timeout)
+        return snapshot.locked(tag)
+
+    def break_lock(
+        self,
+        key: Any,
+        *,
+        lock_id: str | None = None,
+        all_expired: bool = False,
+        everyone: bool = False,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> tuple[HolderSnapshot, ...]:
+        """Remove entries from the lock on ``key``, for operators; return what was removed.
+
+        Give exactly one of ``lock_id=`` (that entry), ``all_expired=True`` (only expired
+        ones) or ``everyone=True`` (every entry). Expired entries are pruned with any of
+        them, as with every write. One atomic command that touches only the lock field and
+        keeps its fence, so the next grant outranks every fence granted before the break
+        (for a name as well, even once its document is deleted). A removed holder finds out
+        as with any loss: its release and extend raise the loss error, its guarded writes
+        match nothing, and ``hold()`` reports it::
+
+            removed = locks.break_lock({"_id": 1}, lock_id="5f1c...")
+
+        :raises InvalidArgument: not exactly one of the three modes.
+        :raises ResourceNotFound: no document matches the filter (for a name nobody holds,
+            nothing is removed).
+        :raises IncompatibleLockField: the field holds data docmultilock does not own.
+        """
+        return self._run(
+            self._ops.break_lock(key, lock_id, all_expired, everyone, timeout, w, self._clock)
+        )
 
     def hold(
         self,
@@ -109,7 +165,11 @@ class _DocumentLocks(LockManager):
     """The release, extend and guard of the managers that lock the user's own documents."""
 
     def __init__(
-        self, collection: Collection[Any], options: LockOptions, verdicts: Verdicts
+        self,
+        collection: Collection[Any],
+        options: LockOptions,
+        verdicts: Verdicts,
+        listener: LockListener | None,
     ) -> None:
         check_flavour(collection, Collection, "collection", type(self).__name__)
         ops = LockOperations(
@@ -117,6 +177,7 @@ class _DocumentLocks(LockManager):
             home=DOCUMENTS,
             verdicts=verdicts,
             where=(collection.database.client, collection.full_name),
+            listener=listener,
         )
         super().__init__(collection, ops)
 
@@ -181,7 +242,8 @@ class MultiLock(_DocumentLocks):
         locks.release({"_id": 1}, lock)
 
     A document takes at most ``max_holders`` live entries (held and pending) at once; one
-    more is refused with :class:`~docmultilock.TooManyHolders`.
+    more is refused with :class:`~docmultilock.TooManyHolders`. A ``listener``
+    (:class:`~docmultilock.LockListener`) is told of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -198,6 +260,7 @@ class MultiLock(_DocumentLocks):
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
         max_holders: int = DEFAULT_MAX_HOLDERS,
+        listener: LockListener | None = None,
     ) -> None:
         options = load_options(
             lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
@@ -211,7 +274,7 @@ class MultiLock(_DocumentLocks):
             error_factory=error_factory,
             max_holders=max_holders,
         )
-        super().__init__(collection, options, SHARED)
+        super().__init__(collection, options, SHARED, listener)
 
     def acquire(
         self,
@@ -260,6 +323,7 @@ class WriteLock(_DocumentLocks):
         w: int | str = "majority",
         field: str = "lock",
         error_factory: ErrorFactory | None = None,
+        listener: LockListener | None = None,
     ) -> None:
         options = load_options(
             lock_relationships=WRITE_ONLY,
@@ -269,7 +333,7 @@ class WriteLock(_DocumentLocks):
             field=field,
             error_factory=error_factory,
         )
-        super().__init__(collection, options, EXCLUSIVE)
+        super().__init__(collection, options, EXCLUSIVE, listener)
 
     def acquire(
         self,

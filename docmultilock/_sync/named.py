@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._core import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
+from docmultilock._events import LockListener
 from docmultilock._lock import Lock
 from docmultilock._operations import NAMED_FIELD, LockOperations
 from docmultilock._rules import WRITE_ONLY
@@ -40,7 +41,8 @@ class NamedLocks(LockManager):
         lock = jobs.acquire("nightly-report")     # LockAlreadyTaken (409) when held
         jobs.release("nightly-report", lock)
 
-    A name takes at most ``max_holders`` live entries at once.
+    A name takes at most ``max_holders`` live entries at once. A ``listener``
+    (:class:`~docmultilock.LockListener`) is told of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -57,6 +59,7 @@ class NamedLocks(LockManager):
         w: int | str = "majority",
         error_factory: ErrorFactory | None = None,
         max_holders: int = DEFAULT_MAX_HOLDERS,
+        listener: LockListener | None = None,
     ) -> None:
         check_flavour(database, Database, "database", type(self).__name__)
         options = load_options(
@@ -77,6 +80,7 @@ class NamedLocks(LockManager):
             home=NAMES,
             verdicts=EXCLUSIVE if lock_relationships is None else SHARED,
             where=(database.client, locks.full_name),
+            listener=listener,
         )
         super().__init__(locks, ops)
 

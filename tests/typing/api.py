@@ -10,9 +10,11 @@ from pymongo import MongoClient
 from docmultilock import (
     AssertiveLock,
     CooperativeLock,
+    HolderSnapshot,
     Lock,
     LockError,
     LockSchema,
+    LockSnapshot,
     MultiLock,
     NamedLocks,
     WriteLock,
@@ -39,6 +41,12 @@ def usage() -> None:
         guard: dict[str, Any] = wl.guard({"_id": 1}, lock)
         orders.update_one(guard, {"$set": {"total": 3}})
         wl.release({"_id": 1}, lock)
+
+        snapshot: LockSnapshot = wl.inspect({"_id": 1})
+        left: list[float] = [holder.seconds_left for holder in snapshot.holders]
+        busy: bool = wl.locked({"_id": 1}, "write") or snapshot.locked()
+        removed: tuple[HolderSnapshot, ...] = wl.break_lock({"_id": 1}, all_expired=True)
+        assert left or busy or removed
 
         ml = MultiLock(
             orders,

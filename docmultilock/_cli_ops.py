@@ -1,0 +1,394 @@
+"""The operators' subcommands: ``inspect``, ``break``, ``ensure-indexes`` and ``doctor``.
+
+Registered by :func:`docmultilock.cli.build_parser` through :func:`add_commands`. Each
+connects with the given ``--uri`` (else ``$DOCMULTILOCK_MONGODB_URI``), checks that the
+server answers within ``--timeout``, and reports a failure as one line on stderr with its
+own exit status:
+
+====  =================================================================================
+code  meaning
+====  =================================================================================
+0     done (``doctor``: every check ok)
+1     the command failed (a lock field docmultilock does not own, a database error;
+      ``doctor``: a check warned)
+2     usage error (missing or contradictory options, an empty filter, a bad name)
+3     bad ``--uri``
+4     the server did not answer within ``--timeout``
+5     ``--filter`` is not a JSON (Extended JSON) object
+6     no document matches ``--filter``
+7     ``break`` was not confirmed (declined, or no terminal to ask on and no ``--yes``):
+      nothing was written
+130   interrupted (Ctrl-C; how ``inspect --watch`` ends)
+====  =================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from bson import json_util
+from bson.errors import BSONError
+from pymongo import MongoClient
+from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
+
+from docmultilock import _doctor
+from docmultilock._inspection import doomed
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot
+from docmultilock._sync.managers import LockManager, MultiLock
+from docmultilock._sync.named import NamedLocks
+from docmultilock.cli import hosts
+from docmultilock.errors import InvalidArgument, LockError, ResourceNotFound
+from docmultilock.testing import URI_VARIABLE
+
+__all__ = ["EXIT", "add_commands"]
+
+#: Exit statuses, by what went wrong (the table in the module docstring).
+EXIT = {
+    "ok": 0,
+    "failed": 1,
+    "usage": 2,
+    "bad_uri": 3,
+    "unreachable": 4,
+    "bad_json": 5,
+    "not_found": 6,
+    "not_confirmed": 7,
+}
+
+#: The named-lock collection of :class:`~docmultilock.NamedLocks` by default.
+NAMED_COLLECTION = "docmultilock.locks"
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr with the exit status ``status``."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = EXIT[status]
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
+    if not 0 < value <= 3600:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, not {text}")
+    return value
+
+
+# -- connecting ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
+    """A client on ``--uri`` that answered a ping within ``--timeout``; closed after."""
+    uri = args.uri or os.environ.get(URI_VARIABLE)
+    if not uri:
+        raise CliError(f"give --uri (or set ${URI_VARIABLE})", "usage")
+    ms = int(args.timeout * 1000)
+    try:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            uri,
+            serverSelectionTimeoutMS=ms,
+            connectTimeoutMS=ms,
+            timeoutMS=ms,
+            appname="docmultilock-cli",
+        )
+    except (ConfigurationError, ValueError, TypeError) as exc:  # InvalidURI among them
+        raise CliError(f"bad --uri: {exc}", "bad_uri") from exc
+    try:
+        try:
+            client.admin.command("ping")
+        except PyMongoError as exc:
+            why = str(exc).split(", Timeout:")[0]  # not the whole topology description
+            raise CliError(
+                f"cannot reach {hosts(uri)} within {args.timeout:g} s: {why}", "unreachable"
+            ) from exc
+        yield client
+    finally:
+        client.close()
+
+
+def _parse_filter(text: str) -> dict[str, Any]:
+    try:
+        parsed = json_util.loads(text)
+    except (ValueError, TypeError, BSONError) as exc:
+        raise CliError(f"--filter is not valid JSON: {exc}", "bad_json") from exc
+    if not isinstance(parsed, dict):
+        raise CliError(f"--filter must be a JSON object, not {type(parsed).__name__}", "bad_json")
+    return parsed
+
+
+def _target(
+    client: MongoClient[dict[str, Any]], args: argparse.Namespace
+) -> tuple[LockManager, Any]:
+    """``(manager, key)`` for ``--name`` or ``--filter``; any tag table reads any entry."""
+    database = client[args.db]
+    if args.name is not None:
+        locks: LockManager = NamedLocks(
+            database, args.collection or NAMED_COLLECTION, timeout=args.timeout
+        )
+        return locks, args.name
+    if not args.collection:
+        raise CliError("--filter needs --collection", "usage")
+    key = _parse_filter(args.filter)
+    return MultiLock(database[args.collection], field=args.field, timeout=args.timeout), key
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def _state(holder: HolderSnapshot) -> str:
+    if holder.expired:
+        return "EXPIRED"
+    return "pending" if holder.pending else "held"
+
+
+def render_holders(holders: Sequence[HolderSnapshot]) -> list[str]:
+    """A fixed-width table of ``holders``; expired entries are marked."""
+    if not holders:
+        return ["(no holders)"]
+    rows = [("ID", "TAG", "STATE", "FENCE", "ACQUIRED (UTC)", "EXPIRES IN")]
+    rows += [
+        (
+            holder.id,
+            holder.tag,
+            _state(holder),
+            str(holder.fence),
+            holder.acquired_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            f"{holder.seconds_left:.1f} s",
+        )
+        for holder in holders
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def render_snapshot(snapshot: LockSnapshot, where: str) -> str:
+    """The ``inspect`` table: a heading line, then one row per entry."""
+    state = "" if snapshot.exists else " (no lock document: nobody holds it)"
+    heading = (
+        f"{where} {snapshot.document_id!r}{state}: fence {snapshot.fence}, "
+        f"server time {snapshot.server_time.isoformat()}"
+    )
+    return "\n".join([heading, *render_holders(snapshot.holders)]) + "\n"
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+def _where(locks: LockManager, args: argparse.Namespace) -> str:
+    noun = "name" if args.name is not None else "document"
+    return f"{locks.collection.full_name} {noun}"
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        locks, key = _target(client, args)
+        while True:
+            snapshot = locks.inspect(key)
+            if args.json:
+                sys.stdout.write(json.dumps(snapshot.as_json()) + "\n")
+            else:
+                if args.watch and sys.stdout.isatty():
+                    sys.stdout.write("\x1b[H\x1b[2J")  # refresh in place
+                sys.stdout.write(render_snapshot(snapshot, _where(locks, args)))
+            sys.stdout.flush()
+            if not args.watch:
+                return EXIT["ok"]
+            time.sleep(args.watch)
+
+
+def _confirmed(count: int) -> bool:
+    """Ask on the terminal; no terminal (a pipe, cron) is a refusal."""
+    if not sys.stdin.isatty():
+        print("no terminal to confirm on: pass --yes to break without asking", file=sys.stderr)
+        return False
+    answer = input(f"remove {count} entr{'y' if count == 1 else 'ies'}? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _break(args: argparse.Namespace) -> int:
+    mode = "lock_id" if args.lock_id else "all_expired" if args.all_expired else "everyone"
+    with _connect(args) as client:
+        locks, key = _target(client, args)
+        snapshot = locks.inspect(key)
+        planned = doomed(snapshot, mode, args.lock_id)
+        if not planned:
+            print("nothing to remove", file=sys.stderr)
+            if args.json:
+                print(json.dumps({"removed": []}))
+            return EXIT["ok"]
+        print(f"will remove from {_where(locks, args)} {snapshot.document_id!r}:", file=sys.stderr)
+        print("\n".join(render_holders(planned)), file=sys.stderr)
+        if not args.yes and not _confirmed(len(planned)):
+            print("not confirmed: nothing was written", file=sys.stderr)
+            return EXIT["not_confirmed"]
+        removed = locks.break_lock(
+            key,
+            lock_id=args.lock_id,
+            all_expired=mode == "all_expired",
+            everyone=mode == "everyone",
+        )
+        if args.json:
+            print(json.dumps({"removed": [holder.as_json() for holder in removed]}))
+        else:
+            print(f"removed {len(removed)}; the fence is kept")
+            print("\n".join(render_holders(removed)))
+    return EXIT["ok"]
+
+
+def _ensure_indexes(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        name = args.collection or NAMED_COLLECTION
+        NamedLocks(client[args.db], name, timeout=args.timeout).ensure_indexes()
+        print(f"ok: TTL index on {args.db}.{name} lock.expires")
+    return EXIT["ok"]
+
+
+def _doctor_command(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        checks = _doctor.run_checks(
+            client, args.db, args.collection or _doctor.SCRATCH, args.timeout
+        )
+    if args.json:
+        print(json.dumps([check.as_json() for check in checks]))
+    else:
+        sys.stdout.write(_doctor.render(checks))
+    return EXIT["ok"] if all(check.ok for check in checks) else EXIT["failed"]
+
+
+def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run an operator command, turning every expected failure into its exit status."""
+    try:
+        return handler(args)
+    except CliError as err:
+        message, status = str(err), err.status
+    except ResourceNotFound as err:
+        message, status = str(err), EXIT["not_found"]
+    except InvalidArgument as err:
+        message, status = str(err), EXIT["usage"]
+    except LockError as err:
+        unreachable = isinstance(err.__cause__, ConnectionFailure)
+        message, status = str(err), EXIT["unreachable" if unreachable else "failed"]
+    print(f"docmultilock {args.command}: {message}", file=sys.stderr)
+    return status
+
+
+# -- registering -----------------------------------------------------------------------------
+
+
+def _common(parser: argparse.ArgumentParser, *, db: str | None = None) -> None:
+    parser.add_argument("--uri", help=f"MongoDB connection string (default: ${URI_VARIABLE})")
+    parser.add_argument(
+        "--db",
+        required=db is None,
+        default=db,
+        help="database" + (f" (default {db})" if db else ""),
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the server and for each command (default 10)",
+    )
+
+
+def _target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--collection",
+        help=f"the collection (for --name, the lock collection; default {NAMED_COLLECTION})",
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--filter", help="the locked document, as (Extended) JSON: '{\"_id\": 1}'")
+    which.add_argument("--name", help="a named lock (NamedLocks)")
+    parser.add_argument(
+        "--field", default="lock", help="the lock field, with --filter (default lock)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _register(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    *,
+    help: str,  # noqa: A002 - argparse's own name for it
+    description: str,
+) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=help, description=description)
+    parser.set_defaults(handler=lambda args: run(handler, args), command=name)
+    return parser
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``inspect``, ``break``, ``ensure-indexes`` and ``doctor`` to ``commands``."""
+    inspect = _register(
+        commands,
+        "inspect",
+        _inspect,
+        help="show who holds a lock, by the server's clock (read-only)",
+        description="Show every entry of a lock field: id, tag, held/pending/EXPIRED, fence, "
+        "when it was acquired and how long it has left, by the server's clock. Writes nothing.",
+    )
+    _common(inspect)
+    _target_options(inspect)
+    inspect.add_argument(
+        "--watch", type=_positive_seconds, metavar="S", help="refresh every S seconds (Ctrl-C ends)"
+    )
+
+    breaking = _register(
+        commands,
+        "break",
+        _break,
+        help="remove entries from a lock, keeping its fence",
+        description="Remove entries from a lock field in one atomic command that keeps the "
+        "fence (never $unset the field). Shows what it will remove and asks unless --yes; "
+        "declining, or no terminal to ask on, exits 7 and writes nothing.",
+    )
+    _common(breaking)
+    _target_options(breaking)
+    mode = breaking.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--lock-id", help="remove the entry with this id (and expired ones)")
+    mode.add_argument("--all-expired", action="store_true", help="remove only expired entries")
+    mode.add_argument("--everyone", action="store_true", help="remove every entry")
+    breaking.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    indexes = _register(
+        commands,
+        "ensure-indexes",
+        _ensure_indexes,
+        help="create the TTL index of a named-lock collection",
+        description="Create the TTL index on lock.expires that removes lock documents nobody "
+        "holds, for deployments where the application's user may not create indexes.",
+    )
+    _common(indexes)
+    indexes.add_argument(
+        "--collection", help=f"the named-lock collection (default {NAMED_COLLECTION})"
+    )
+
+    doctor = _register(
+        commands,
+        "doctor",
+        _doctor_command,
+        help="check what a server gives docmultilock",
+        description="Check the server's version, topology, majority writes, change streams, "
+        f"clock offset and round-trip time; one ok/warn line each. Writes and deletes one "
+        f"document in DB.{_doctor.SCRATCH}. Exits 1 when a check warns.",
+    )
+    _common(doctor, db="docmultilock")
+    doctor.add_argument(
+        "--collection", help=f"scratch collection for the write checks (default {_doctor.SCRATCH})"
+    )
+    doctor.add_argument("--json", action="store_true", help="print JSON instead of lines")

@@ -1,0 +1,148 @@
+"""``docmultilock doctor``: what a server gives the library, one ok/warn line per check.
+
+Each check is a function of a connected client that returns a :class:`Check`; none raises
+(a failure is a warning that says why). The majority-write and change-stream checks write
+and delete one document in a scratch collection.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.collection import Collection
+from pymongo.errors import PyMongoError
+from pymongo.write_concern import WriteConcern
+
+__all__ = ["SCRATCH", "Check", "render", "run_checks"]
+
+#: The scratch collection the write checks use, in the ``--db`` database.
+SCRATCH = "docmultilock.doctor"
+
+MIN_VERSION = (4, 4)
+#: Beyond this offset between the client's and the server's clocks, warn.
+CLOCK_OFFSET_WARN = 1.0
+#: Beyond this median round-trip time, warn: every lock operation is one round trip.
+RTT_WARN = 0.1
+
+Client = MongoClient[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the report: what was checked, whether it is fine, and why."""
+
+    name: str
+    ok: bool
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-safe data for ``--json``."""
+        return {"check": self.name, "status": "ok" if self.ok else "warn", "detail": self.detail}
+
+
+def _version(client: Client) -> Check:
+    try:
+        info = client.admin.command("buildInfo")
+    except PyMongoError as exc:
+        return Check("version", False, f"buildInfo failed ({exc}); docmultilock needs 4.4+")
+    version = str(info.get("version", "?"))
+    parts = tuple(int(part) for part in info.get("versionArray", [0, 0])[:2])
+    if parts >= MIN_VERSION:
+        return Check("version", True, f"{version} (update pipelines and $$NOW need 4.4+)")
+    return Check("version", False, f"{version}: docmultilock needs 4.4 or later")
+
+
+def _topology(hello: dict[str, Any]) -> Check:
+    if hello.get("setName"):
+        primary = hello.get("primary", "?")
+        return Check(
+            "topology",
+            True,
+            f"replica set {hello['setName']!r}, primary {primary}: fail-over keeps majority writes",
+        )
+    if hello.get("msg") == "isdbgrid":
+        return Check(
+            "topology",
+            True,
+            "sharded cluster (mongos): before MongoDB 7.0 filters need the shard key "
+            "(docs: scaling out)",
+        )
+    return Check("topology", True, "standalone: no fail-over; a restart loses nothing acknowledged")
+
+
+def _majority(scratch: Collection[dict[str, Any]], timeout: float) -> Check:
+    view = scratch.with_options(
+        write_concern=WriteConcern("majority", wtimeout=int(timeout * 1000))
+    )
+    try:
+        inserted = view.insert_one({"doctor": True})
+        view.delete_one({"_id": inserted.inserted_id})
+    except PyMongoError as exc:
+        return Check("w:majority", False, f"a majority write failed ({exc}); locks use it")
+    return Check("w:majority", True, "acknowledged: locks survive a fail-over once granted")
+
+
+def _change_streams(scratch: Collection[dict[str, Any]]) -> Check:
+    try:
+        with scratch.watch(max_await_time_ms=50) as stream:
+            stream.try_next()
+    except PyMongoError as exc:
+        return Check(
+            "change streams", False, f"unavailable ({exc}); needs a replica set or sharding"
+        )
+    return Check("change streams", True, "available")
+
+
+def _clock(client: Client) -> Check:
+    before = time.time()
+    hello = client.admin.command("hello")
+    after = time.time()
+    server: datetime = hello["localTime"]
+    if server.tzinfo is None:
+        server = server.replace(tzinfo=timezone.utc)
+    offset = server.timestamp() - (before + after) / 2
+    detail = (
+        f"server is {offset:+.3f} s from this client; expiry is judged by the server's "
+        "clock, an offset misleads only code comparing Lock.expires_at with local time"
+    )
+    return Check("clock offset", abs(offset) <= CLOCK_OFFSET_WARN, detail)
+
+
+def _round_trip(client: Client) -> Check:
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        client.admin.command("ping")
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    detail = f"median {median * 1000:.1f} ms over 5 pings; each lock operation is one round trip"
+    return Check("round trip", median <= RTT_WARN, detail)
+
+
+def run_checks(client: Client, database: str, scratch: str, timeout: float = 10.0) -> list[Check]:
+    """Every check, in the order they print."""
+    checks = [_version(client)]
+    try:
+        checks.append(_topology(client.admin.command("hello")))
+        checks.append(_clock(client))
+        checks.append(_round_trip(client))
+    except PyMongoError as exc:
+        checks.append(Check("server", False, f"hello/ping failed: {exc}"))
+    collection = client[database][scratch]
+    checks.append(_majority(collection, timeout))
+    checks.append(_change_streams(collection))
+    return checks
+
+
+def render(checks: list[Check]) -> str:
+    """One ``ok``/``warn`` line per check."""
+    width = max(len(check.name) for check in checks)
+    return "".join(
+        f"{'ok' if check.ok else 'warn':<5} {check.name:<{width}}  {check.detail}\n"
+        for check in checks
+    )

@@ -1,0 +1,135 @@
+"""What ``inspect()`` and ``break_lock()`` hand back: the lock field as the server saw it.
+
+Immutable values, built from one reply that carries both the stored entries and the
+server's clock at the moment it read them, so "expired" and "seconds left" are judged by
+the server's time, never the caller's::
+
+    snapshot = locks.inspect({"_id": 1})
+    for holder in snapshot.holders:
+        print(holder.id, holder.tag, holder.seconds_left, holder.expired)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from bson import json_util
+
+__all__ = ["HolderSnapshot", "LockSnapshot", "as_utc", "holders_at"]
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime (pymongo returns naive UTC by default)."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class HolderSnapshot:
+    """One entry of a lock field, judged at the server time of the snapshot.
+
+    :ivar id: the entry's lock id.
+    :ivar tag: its tag.
+    :ivar pending: true while an assertive lock waits for other tags to drain.
+    :ivar fence: the fence it was granted with (0 while pending).
+    :ivar acquired_at: when the server granted (or registered) it; UTC.
+    :ivar expires_at: when it stops holding unless extended, by the server's clock; UTC.
+    :ivar seconds_left: ``expires_at`` minus the server's time; zero or less once expired.
+    :ivar expired: past its expiry but not pruned yet (the next write on the field drops it).
+    """
+
+    id: str
+    tag: str
+    pending: bool
+    fence: int
+    acquired_at: datetime
+    expires_at: datetime
+    seconds_left: float
+    expired: bool
+
+    @property
+    def holds(self) -> bool:
+        """True for a granted, unexpired entry: one that excludes what its tag excludes."""
+        return not self.pending and not self.expired
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-safe data (dates in ISO 8601), for tools such as the command line."""
+        return {
+            "id": self.id,
+            "tag": self.tag,
+            "pending": self.pending,
+            "fence": self.fence,
+            "acquired_at": self.acquired_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "seconds_left": round(self.seconds_left, 3),
+            "expired": self.expired,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LockSnapshot:
+    """A lock field as the server saw it at ``server_time``: read-only, nothing was written.
+
+    :ivar document_id: the ``_id`` of the document (the name, for named locks).
+    :ivar fence: the last fence granted on it (0 when never granted, or, for a name, when
+        its document is gone: the next grant still outranks every earlier one).
+    :ivar server_time: the server's clock when it read the field; UTC.
+    :ivar holders: every stored entry, expired ones (not yet pruned) included.
+    :ivar exists: false for a name whose lock document does not exist (nobody holds it).
+    """
+
+    document_id: Any
+    fence: int
+    server_time: datetime
+    holders: tuple[HolderSnapshot, ...]
+    exists: bool = True
+
+    @property
+    def live(self) -> tuple[HolderSnapshot, ...]:
+        """The unexpired entries, granted or pending."""
+        return tuple(holder for holder in self.holders if not holder.expired)
+
+    def locked(self, tag: str | None = None) -> bool:
+        """True when a granted, unexpired entry (of ``tag``, if given) holds the lock."""
+        return any(holder.holds and tag in (None, holder.tag) for holder in self.holders)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-safe data; ``document_id`` as canonical Extended JSON."""
+        return {
+            "document_id": json.loads(
+                json_util.dumps(self.document_id, json_options=json_util.CANONICAL_JSON_OPTIONS)
+            ),
+            "fence": self.fence,
+            "server_time": self.server_time.isoformat(),
+            "exists": self.exists,
+            "holders": [holder.as_json() for holder in self.holders],
+        }
+
+
+def holders_at(entries: object, now: datetime) -> tuple[HolderSnapshot, ...]:
+    """Snapshots of stored ``entries`` (a list of entry documents) at server time ``now``."""
+    if not isinstance(entries, list):
+        return ()
+    now = as_utc(now)
+    made = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        expires = as_utc(entry["expires"])
+        left = (expires - now).total_seconds()
+        made.append(
+            HolderSnapshot(
+                id=str(entry.get("id")),
+                tag=str(entry.get("tag")),
+                pending=bool(entry.get("pending")),
+                fence=int(entry.get("fence") or 0),
+                acquired_at=as_utc(entry["acquired"]),
+                expires_at=expires,
+                seconds_left=left,
+                expired=left <= 0,
+            )
+        )
+    return tuple(made)
