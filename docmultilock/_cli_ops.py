@@ -320,19 +320,19 @@ def _target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: argparse._SubParsersAction[Any],
     name: str,
     handler: Callable[[argparse.Namespace], int],
     *,
     help: str,  # noqa: A002 - argparse's own name for it
     description: str,
 ) -> argparse.ArgumentParser:
-    parser = commands.add_parser(name, help=help, description=description)
+    parser: argparse.ArgumentParser = commands.add_parser(name, help=help, description=description)
     parser.set_defaults(handler=lambda args: run(handler, args), command=name)
     return parser
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     """Add ``inspect``, ``break``, ``ensure-indexes`` and ``doctor`` to ``commands``."""
     inspect = _register(
         commands,

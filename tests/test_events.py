@@ -20,7 +20,7 @@ from docmultilock import (
     NamedLocks,
 )
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
-from tests.conftest import MakeLock
+from tests.flavours import MakeLock
 
 Doc = dict[str, Any]
 

@@ -20,7 +20,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from tests.conftest import MakeLock
+from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, server_now, stored_lock, user_fields
 
 Doc = dict[str, Any]
