@@ -4,7 +4,8 @@ The blocks of one page run in order in one namespace, so a block may use what an
 block on the same page defined. Each page starts with these names already given, on a
 fresh database of its own:
 
-* ``client``: a :class:`pymongo.MongoClient` on the test server; ``db``: the page's database;
+* ``client``: a :class:`pymongo.MongoClient` on the test server (``uri``); ``db``: the page's
+  database;
 * ``orders`` (orders 1 and 2: ``status``, ``total``), ``invoices`` (``"INV-1"``: ``lines``,
   ``total``) and ``reports`` (``"order-1"``: ``fence`` 0), collections of ``db``;
 * ``order_id`` (1) and ``log`` (a :class:`logging.Logger`);
@@ -145,7 +146,7 @@ def test_the_pages_python_blocks_run(
 ) -> None:
     # Pages whose blocks make their own client (the async ones) read the server from here.
     monkeypatch.setenv("DOCMULTILOCK_MONGODB_URI", docmultilock_uri)
-    namespace = dict(givens)
+    namespace = {**givens, "uri": docmultilock_uri}
     called: set[str] = set()
     for block in python_blocks(page.read_text()):
         if block.norun is not None:

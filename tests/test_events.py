@@ -138,7 +138,7 @@ def test_named_locks_take_a_listener(
     make_lock: MakeLock, collection: Collection[Doc], recorder: Recorder
 ) -> None:
     named: NamedLocks = make_lock(
-        NamedLocks, collection.database, args=(collection.name,), listener=recorder
+        NamedLocks, collection.database, collection.name, listener=recorder
     )
     lock = named.acquire("job")
     named.release("job", lock)

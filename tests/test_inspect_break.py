@@ -37,7 +37,7 @@ def rw(make_lock: MakeLock, collection: Collection[Doc]) -> MultiLock:
 @pytest.fixture
 def named(make_lock: MakeLock, collection: Collection[Doc]) -> NamedLocks:
     made: NamedLocks = make_lock(
-        NamedLocks, collection.database, args=(collection.name,), lock_timeout=10.0
+        NamedLocks, collection.database, collection.name, lock_timeout=10.0
     )
     return made
 

@@ -21,8 +21,9 @@ from docmultilock.testing import URI_VARIABLE
 
 pytestmark = pytest.mark.slow
 
-#: How long a server may outlive its parent.
-GONE_WITHIN = 5.0
+#: How long a server may outlive its parent: it is sent SIGTERM and shuts down cleanly,
+#: which takes a second or two, longer on a machine busy with other tests.
+GONE_WITHIN = 15.0
 
 #: A parent that starts a server, in the main thread or in a thread that then ends, prints
 #: the server's pid and the URI, and waits to be killed.

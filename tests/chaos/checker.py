@@ -42,9 +42,11 @@ only where the proxy's record (``tests/proxy.py``: the command and the server's 
 dropped) proves it: a ``findAndModify`` carrying the lock's id, sent after the release
 began (the worker sends nothing else for that lock by then), whose reply shows the lock's
 entry was there to remove (or that it deleted the named lock's document, which it matches
-only while that entry is). Such refusals are counted, not flagged, and only when the run's
-server executes such retries again (``retries_reexecuted``); on MongoDB they stay
-violations.
+only while that entry is). A kill -9 of the server does the same to a release under way: the
+connection dies with the server, pymongo retries on the restarted one, which executes the
+write again; a refusal whose release spans a kill is excused too. Such refusals are counted,
+not flagged, and only when the run's server executes such retries again
+(``retries_reexecuted``); on MongoDB they stay violations.
 """
 
 from __future__ import annotations
@@ -192,11 +194,13 @@ def check(
     restarts: Sequence[int] = (),
     cuts: Sequence[Cut] = (),
     retries_reexecuted: bool = False,
+    server_kills: Sequence[int] = (),
 ) -> Report:
     """Judge a run: ``counters`` and ``user_fields`` are keyed by resource (``doc:0``...).
 
     ``cuts`` are the replies the proxy dropped; ``retries_reexecuted`` says the server runs
-    a write retried under an operation timeout again (SecantusDB; see the module docstring).
+    a write retried under an operation timeout again (SecantusDB; see the module docstring);
+    ``server_kills`` are the times (epoch ms, the workers' clock) the server was killed.
     """
     report = Report()
     grants = collect_grants(events)
@@ -215,7 +219,8 @@ def check(
     for cut in cuts:
         report.counts[f"replies cut: {cut.name}"] += 1
     found = entries_found_before_a_cut(cuts) if retries_reexecuted else {}
-    _check_events(report, events, grants, found)
+    kills = server_kills if retries_reexecuted else ()
+    _check_events(report, events, grants, found, kills)
     _check_dead_holders(report, dead_holders)
     for restart in restarts:
         if not any(g.acq > restart for g in grants.values()):
@@ -360,6 +365,7 @@ def _check_events(
     events: Sequence[Mapping[str, Any]],
     grants: Mapping[str, Grant],
     found_before_cut: Mapping[str, Sequence[int]],
+    server_kills: Sequence[int] = (),
 ) -> None:
     for event in events:
         kind = event["e"]
@@ -376,6 +382,8 @@ def _check_events(
             refused_live = event["outcome"] == "refused_live"
             if refused_live and _applied_before_a_cut(event["id"], grants, found_before_cut):
                 report.counts["release refused after its applied reply was cut (server)"] += 1
+            elif refused_live and _across_a_kill(event, grants, server_kills):
+                report.counts["release refused across a server kill (server)"] += 1
             elif refused_live:
                 report.flag("release", f"release of live lock {event['id'][:8]} refused")
         elif kind == "stale":
@@ -393,6 +401,22 @@ def _applied_before_a_cut(
         return False
     began = grant.released_from
     return any(at >= began for at in found_before_cut.get(lock_id, ()))
+
+
+def _across_a_kill(
+    released: Mapping[str, Any], grants: Mapping[str, Grant], server_kills: Sequence[int]
+) -> bool:
+    """True when the server was killed while this release was under way.
+
+    The connection of an applied release dies with the server; pymongo retries the write
+    once on the restarted server, which executes it again and finds the entry gone (on
+    MongoDB the retry is answered from the write's durable record instead).
+    """
+    grant = grants.get(released["id"])
+    ended = released.get("t")
+    if grant is None or grant.released_from is None or ended is None:
+        return False
+    return any(grant.released_from <= kill <= ended for kill in server_kills)
 
 
 def _check_dead_holders(report: Report, dead_holders: Sequence[DeadHolder]) -> None:

@@ -213,6 +213,7 @@ class Conductor:
         self.cutter.start()
         self.faults: Counter[str] = Counter()
         self.restarted_at: list[int] = []
+        self.killed_at: list[int] = []  # this host's clock, epoch ms, as the workers journal
         self.dead_holders: list[DeadHolder] = []
         self._watchers: list[threading.Thread] = []
 
@@ -306,6 +307,7 @@ class Conductor:
         return True
 
     def restart_server(self) -> None:
+        self.killed_at.append(int(time.time() * 1000))
         self.server.stop(kill=True)
         self.faults["kill -9 of the server"] += 1
         self.server.start()

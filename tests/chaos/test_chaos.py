@@ -135,6 +135,7 @@ def run_chaos(tmp_path: Path, plan: Plan, seed: int) -> tuple[Report, Conductor]
         conductor.restarted_at,
         conductor.cutter.cuts,
         retries_reexecuted=embedded,
+        server_kills=conductor.killed_at,
     )
     for problem in stuck:
         report.flag("stuck", problem)

@@ -38,8 +38,11 @@ def entry(write_id: str, lock_id: str, kind: str, fence: int, at: int) -> Doc:
     return {"s": write_id, "l": lock_id, "k": kind, "f": fence, "at": at}
 
 
-def refused_live(lock_id: str) -> Doc:
-    return {"e": "released", "w": "0.1", "id": lock_id, "outcome": "refused_live"}
+def refused_live(lock_id: str, at: int | None = None) -> Doc:
+    event: Doc = {"e": "released", "w": "0.1", "id": lock_id, "outcome": "refused_live"}
+    if at is not None:
+        event["t"] = at
+    return event
 
 
 def release_cut(lock_id: str, at: int, *, found: bool = True) -> Cut:
@@ -94,6 +97,7 @@ class Run:
     restarts: list[int] = field(default_factory=lambda: [1200])
     cuts: list[Cut] = field(default_factory=list)
     retries_reexecuted: bool = True  # as on the embedded server
+    kills: list[int] = field(default_factory=list)
 
     def check(self) -> Report:
         expected = {key: user_fields(key) for key in self.counters}
@@ -105,6 +109,7 @@ class Run:
             self.restarts,
             self.cuts,
             self.retries_reexecuted,
+            self.kills,
         )
 
 
@@ -288,3 +293,30 @@ def test_cut_replies_are_counted_by_command() -> None:
     assert report.counts["replies cut"] == 2
     assert report.counts["replies cut: findAndModify"] == 1
     assert report.counts["replies cut: update"] == 1
+
+
+def test_a_release_refused_across_a_server_kill_is_counted_not_flagged() -> None:
+    # B's release began at 2000; the server was killed at 2050 and pymongo's retry of the
+    # applied release ran again on the restarted server (docs/server.md).
+    run = Run()
+    run.events.append(refused_live(B, at=2900))
+    run.kills.append(2050)
+    report = run.check()
+    assert report.violations == []
+    assert report.counts["release refused across a server kill (server)"] == 1
+
+
+@pytest.mark.parametrize("kill", [1900, 3000], ids=["before-the-release", "after-it"])
+def test_a_kill_outside_the_release_excuses_nothing(kill: int) -> None:
+    run = Run()
+    run.events.append(refused_live(B, at=2900))
+    run.kills.append(kill)
+    assert [v.kind for v in run.check().violations] == ["release"]
+
+
+def test_on_mongodb_a_release_refused_across_a_kill_is_a_violation() -> None:
+    run = Run()
+    run.events.append(refused_live(B, at=2900))
+    run.kills.append(2050)
+    run.retries_reexecuted = False
+    assert [v.kind for v in run.check().violations] == ["release"]

@@ -314,14 +314,14 @@ class Worker:
                 # (The checker knows the one exception, which is the embedded server's: a
                 # retry pymongo makes itself is executed again and finds the entry gone.)
                 outcome = "expired" if self.now() >= ms(lock.expires_at) else "refused_live"
-                self.journal("released", id=lock.id, outcome=outcome)
+                self.journal("released", id=lock.id, outcome=outcome, t=self.now())
                 return
             except LockError:
                 time.sleep(0.1)
                 continue
-            self.journal("released", id=lock.id, outcome="ok")
+            self.journal("released", id=lock.id, outcome="ok", t=self.now())
             return
-        self.journal("released", id=lock.id, outcome="abandoned")
+        self.journal("released", id=lock.id, outcome="abandoned", t=self.now())
 
 
 def work(config: WorkerConfig, holding: Any) -> None:
