@@ -319,6 +319,7 @@ def _spec(ops: LockOperations, **kwargs: Any) -> Any:
         "lock_timeout": None,
         "timeout": None,
         "w": None,
+        "wake": "poll",
         **kwargs,
     }
     return plan_hold(ops, DOC, **arguments)
