@@ -326,8 +326,9 @@ def test_wait_ends_in_lock_timeout_with_the_last_refusal(subject: Subject) -> No
     waiter = subject.manager()
     fake.install(waiter)
     with subject.hold() as held:
-        with pytest.raises(LockTimeout) as exc, subject.hold(
-            waiter, wait=1.0, backoff=(0.1, 0.4), wake="poll"
+        with (
+            pytest.raises(LockTimeout) as exc,
+            subject.hold(waiter, wait=1.0, backoff=(0.1, 0.4), wake="poll"),
         ):
             pass
         assert [h["id"] for h in subject.holders()] == [held.lock.id]
