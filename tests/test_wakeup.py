@@ -165,13 +165,16 @@ def test_fair_waiters_are_granted_in_arrival_order(
     make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     holder = make_lock(WriteLock, collection)
-    order: list[int] = []
     waiters: list[Waiter] = []
+
+    def in_line() -> bool:
+        return len(stored_lock(collection)["holders"]) == len(waiters) + 1
+
     with holder.hold(doc):
-        for n in range(4):
+        for _ in range(4):
             locks = make_lock(WriteLock, collection)
             waiters.append(Waiter(locks, doc, 0.05, wait=30.0, backoff=(0.05, 0.2), fair=True))
-            wait_until(lambda n=n: len(stored_lock(collection)["holders"]) == n + 2)
+            wait_until(in_line)
     for waiter in waiters:
         waiter.join()
     assert all(w.granted is not None for w in waiters)
