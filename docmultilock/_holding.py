@@ -5,7 +5,9 @@ What ``hold()`` adds to the raw operations, decided here once for both flavours:
 * **Waiting** (:func:`wait_flow`). ``wait=`` retries refusals with exponential backoff and
   full jitter until a deadline. An assertive lock is continued with its pending entry, never
   restarted, and a pending entry is released on every way out (timeout, error,
-  KeyboardInterrupt, an asyncio cancellation thrown in).
+  KeyboardInterrupt, an asyncio cancellation thrown in). Between attempts it waits on a
+  change stream of the refusing document (``Watch``/``WaitChange``, run by ``_wakeup``),
+  the backoff being a slower safety net; with ``fair``, a refusal holds a place in line.
 * **Knowing when the lock is lost** (:class:`Holding`). The holder keeps a local,
   conservative estimate of the expiry (the time *before* the command that set it, plus the
   lifetime: the server stamped its expiry later than that), so ``hold()`` can tell "surely
