@@ -164,6 +164,7 @@ class LockCore:
             tag: acquire_body(field, rules, tag, clock=clock, max_holders=max_holders)
             for tag in rules.tags
         }
+        self._fair: dict[str, Expr] = {}  # fair bodies, made on first use
         self._release = release_body(field, clock=clock)
         self._extend = extend_body(field, clock=clock)
         # A foreign field may hold anything; only ever iterate over an actual array.
@@ -199,11 +200,13 @@ class LockCore:
         lock_id: str,
         lifetime_ms: int | None,
         continuing: Lock | None = None,
+        fair: bool = False,
     ) -> AcquirePlan:
         """Plan an acquisition of ``tag`` under a new ``lock_id``, or go on with ``continuing``.
 
         ``lifetime_ms`` of ``None`` means the tag's default for a new lock, and the lifetime
-        it was taken with for a continued one.
+        it was taken with for a continued one. With ``fair``, a refusal records a pending
+        entry that holds a place in line (``_pipeline.acquire_body``).
         """
         default = self.rules.lifetime_ms[tag]
         if continuing is not None:
@@ -218,13 +221,29 @@ class LockCore:
         }
         command = Command(
             filter=dict(target),
-            update=update_stages(self.field, self._acquire[tag], bindings),
+            update=update_stages(self.field, self._body(tag, fair), bindings),
             projection=self._projection(lock_id, with_tags=True),
             return_after=True,
             # A pending lock is continued only on its existing document.
             upsert=self.home.on_demand and continuing is None,
         )
-        return AcquirePlan(self, command, user_filter, tag, continuing)
+        return AcquirePlan(self, command, user_filter, tag, continuing, fair)
+
+    def _body(self, tag: str, fair: bool) -> Expr:
+        """The acquire pipeline body of ``tag``: the plain one, or (made once) the fair one."""
+        if not fair:
+            return self._acquire[tag]
+        body = self._fair.get(tag)
+        if body is None:
+            body = self._fair[tag] = acquire_body(
+                self.field,
+                self.rules,
+                tag,
+                clock=self.home.on_demand,
+                max_holders=self.max_holders,
+                fair=True,
+            )
+        return body
 
     def release_by_delete(self, target: Filter, *, lock: Lock) -> DeletePlan | None:
         """Plan deleting an exclusive named lock's document (``None`` for other managers).
@@ -378,6 +397,7 @@ class AcquirePlan:
     user_filter: Filter
     tag: str
     continuing: Lock | None
+    fair: bool = False
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the granted lock, or raise the error that describes the outcome."""
@@ -400,7 +420,10 @@ class AcquirePlan:
             lock = core.to_lock(state.mine, state.document_id)
             if not lock.pending:
                 return lock
-            waiting = tuple(sorted(state.tags & core.rules.assertive[self.tag]))
+            drains = core.rules.assertive[self.tag]
+            if self.fair:  # in line: behind every tag in the way, cooperative ones too
+                drains = drains | core.rules.cooperative[self.tag]
+            waiting = tuple(sorted(state.tags & drains))
             raise AssertiveLock(
                 f"lock {lock.id} ({self.tag!r}) is pending on {core.home.noun} "
                 f"{state.document_id!r} until these tags drain: {', '.join(waiting)}; call "
@@ -416,6 +439,7 @@ class AcquirePlan:
                 f"pending by {', '.join(blocking)}",
                 filter=self.user_filter,
                 blocking_tags=blocking,
+                document_id=state.document_id,
             )
         if self.continuing is not None:
             raise core.lost(self.continuing, self.user_filter, "continue")

@@ -46,6 +46,9 @@ __all__ = [
     "Sent",
     "ServerTime",
     "Sleep",
+    "Unwatch",
+    "WaitChange",
+    "Watch",
     "retry_pause",
     "send",
 ]
@@ -109,7 +112,43 @@ class Aggregate:
     timeout: float | None
 
 
-Effect = Send | Reread | ServerTime | Sleep | MakeTtlIndex | Aggregate
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """Watch document ``document_id`` for changes to the lock ``field``; get a watch or None.
+
+    ``None`` means no change stream here (or none any more): poll with :class:`Sleep`.
+    ``exclusive`` says that one woken waiter of this process is enough per release.
+    """
+
+    document_id: Any
+    field: str
+    exclusive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WaitChange:
+    """Sleep up to ``seconds`` unless a change to the watched document comes first.
+
+    Gets ``True`` (woken by a change, or one may have been missed), ``False`` (the time ran
+    out), or ``None`` (change streams turned out unavailable: nothing was waited, poll).
+    ``entry`` is our pending entry's id in a fair line: only the head of the line is woken.
+    """
+
+    watch: Any
+    seconds: float
+    entry: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unwatch:
+    """Stop watching (the stream closes with the process's last watch of its collection)."""
+
+    watch: Any
+
+
+Effect = (
+    Send | Reread | ServerTime | Sleep | MakeTtlIndex | Aggregate | Watch | WaitChange | Unwatch
+)
 
 #: A flow: yields effects, is sent their results, returns ``T``.
 Flow = Generator[Effect, Any, T]

@@ -5,7 +5,9 @@ What ``hold()`` adds to the raw operations, decided here once for both flavours:
 * **Waiting** (:func:`wait_flow`). ``wait=`` retries refusals with exponential backoff and
   full jitter until a deadline. An assertive lock is continued with its pending entry, never
   restarted, and a pending entry is released on every way out (timeout, error,
-  KeyboardInterrupt, an asyncio cancellation thrown in).
+  KeyboardInterrupt, an asyncio cancellation thrown in). Between attempts it waits on a
+  change stream of the refusing document (``Watch``/``WaitChange``, run by ``_wakeup``),
+  the backoff being a slower safety net; with ``fair``, a refusal holds a place in line.
 * **Knowing when the lock is lost** (:class:`Holding`). The holder keeps a local,
   conservative estimate of the expiry (the time *before* the command that set it, plus the
   lifetime: the server stamped its expiry later than that), so ``hold()`` can tell "surely
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docmultilock._args import tag_or_only
-from docmultilock._flows import Clock, Flow, Sleep
+from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock.errors import (
@@ -41,6 +43,8 @@ from docmultilock.errors import (
 from docmultilock.options import Duration, parse_duration, parse_write_concern
 
 __all__ = [
+    "SAFETY_NET",
+    "WAKE_MODES",
     "Backoff",
     "HoldSpec",
     "Holding",
@@ -86,6 +90,15 @@ class HoldSpec:
     timeout: float | None  # per-call override; None means the manager's default
     op_timeout: float | None  # the one in force (None: no limit)
     w: int | str | None
+    wake: bool = True  # wait for change events (True), or poll only
+    fair: bool = False  # hold a place in line while waiting
+
+
+#: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
+WAKE_MODES = ("changes", "poll")
+
+#: With change streams, the safety-net retry comes after ``backoff``'s max times 1 to this.
+SAFETY_NET = 4.0
 
 
 def _check_backoff(value: object) -> Backoff:
@@ -115,8 +128,14 @@ def plan_hold(
     lock_timeout: Duration | None,
     timeout: object,
     w: object,
+    wake: object = "changes",
+    fair: object = False,
 ) -> HoldSpec:
     """Check every argument of ``hold()``; raise :class:`InvalidArgument` before any write."""
+    if wake not in WAKE_MODES:
+        raise InvalidArgument(f"wake must be one of {', '.join(WAKE_MODES)}, not {wake!r}")
+    if not isinstance(fair, bool):
+        raise InvalidArgument(f"fair must be True or False, not {fair!r}")
     ops.key_filter(key)
     tag = tag_or_only(tag, ops.options.rules)
     lifetime = ops.lifetime_ms(tag, lock_timeout) / 1000
@@ -146,17 +165,27 @@ def plan_hold(
         timeout=per_call,
         op_timeout=ops.options.timeout if per_call is None else per_call,
         w=None if w is None else parse_write_concern(w),
+        wake=wake == "changes",
+        # A single try (wait=None) has no line to stand in: it refuses as ever.
+        fair=fair and wait is not None,
     )
 
 
 def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[Lock, float]]:
     """Acquire, retrying refusals until ``spec.wait`` runs out; the lock and when it was sent.
 
+    With ``spec.wake``, once a refusal names the document, the wait between attempts is a
+    :class:`WaitChange` on it: the next attempt goes at once when the lock field changes,
+    and the backoff, at the slower :data:`SAFETY_NET` cadence, is only the safety net (a
+    missed event never means a missed grant). Without a change stream, it polls.
+
     :raises LockTimeout: out of time (the last refusal is ``__cause__``).
     :raises LockConflict: refused, with ``wait=None``.
     """
     started = clock.monotonic()
     pending: Lock | None = None
+    watch: Any = None  # the change-stream watch, once the refusing document is known
+    wake = spec.wake
     last: LockConflict
     attempts = 0
     try:
@@ -166,7 +195,14 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
             try:
                 tag = None if pending is not None else spec.tag
                 lock = yield from ops.acquire(
-                    spec.key, tag, pending, spec.lock_timeout, spec.timeout, spec.w, clock
+                    spec.key,
+                    tag,
+                    pending,
+                    spec.lock_timeout,
+                    spec.timeout,
+                    spec.w,
+                    clock,
+                    spec.fair,
                 )
             except AssertiveLock as err:
                 pending, last = err.lock, err  # continue it: a restart would lose its place
@@ -177,6 +213,8 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                     raise
                 pending, last = None, err  # our pending entry lapsed: register anew
             else:
+                if watch is not None:
+                    yield Unwatch(watch)
                 return lock, sent
             waited = clock.monotonic() - started
             if spec.wait is None:
@@ -190,12 +228,27 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                     waited=waited,
                     blocking_tags=getattr(last, "blocking_tags", ()),
                 ) from last
+            left = spec.wait - waited
+            if wake and watch is None:
+                document_id = _document_of(pending, last)
+                if document_id is not None:
+                    watch = yield Watch(document_id, ops.core.field, _exclusive(ops, spec.tag))
+                    wake = watch is not None  # None: no change stream here; poll from now on
+            if watch is not None:
+                low, high = spec.backoff.high, spec.backoff.high * SAFETY_NET
+                entry = pending.id if spec.fair and pending is not None else None
+                woke = yield WaitChange(
+                    watch, min(_renewal(clock.uniform(low, high), pending, spec), left), entry
+                )
+                if woke is not None:
+                    continue
+                yield Unwatch(watch)  # the stream turned out unavailable: poll from now on
+                watch, wake = None, False
             delay = clock.uniform(*spec.backoff.bounds(attempts))
-            if pending is not None:
-                # Each continuation renews the pending entry: come back before it lapses.
-                delay = min(delay, spec.lifetime / 3)
-            yield Sleep(min(delay, spec.wait - waited))
+            yield Sleep(min(_renewal(delay, pending, spec), left))
     except BaseException:
+        if watch is not None:
+            yield Unwatch(watch)
         if pending is not None:
             # Never leave a pending entry behind: it refuses every newcomer until it lapses.
             # This also runs for a cancellation (or KeyboardInterrupt) thrown in at a yield.
@@ -204,6 +257,23 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
             except LockError as err:
                 log.warning("could not release pending lock %s: %s", pending.id, err)
         raise
+
+
+def _renewal(delay: float, pending: Lock | None, spec: HoldSpec) -> float:
+    """``delay``, cut so that a pending entry is renewed (by the next attempt) before it lapses."""
+    return delay if pending is None else min(delay, spec.lifetime / 3)
+
+
+def _document_of(pending: Lock | None, refusal: LockConflict) -> Any:
+    """The ``_id`` of the document that refused, when the server named it."""
+    if pending is not None:
+        return pending.document_id
+    return getattr(refusal, "document_id", None)
+
+
+def _exclusive(ops: LockOperations, tag: str) -> bool:
+    """True when ``tag`` excludes itself: a release can let one such waiter in, not several."""
+    return tag in ops.options.rules.cooperative[tag]
 
 
 class Holding:

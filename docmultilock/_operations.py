@@ -150,8 +150,13 @@ class LockOperations:
         timeout: Duration | None,
         w: int | str | None,
         clock: Clock,
+        fair: bool = False,
     ) -> Flow[Lock]:
-        """Acquire ``tag`` on ``key``, or continue the pending ``lock``; one command."""
+        """Acquire ``tag`` on ``key``, or continue the pending ``lock``; one command.
+
+        With ``fair`` (``hold(fair=True)``), a refusal holds a place in line: a pending
+        entry, raised as :class:`AssertiveLock` to be continued.
+        """
         rules = self.options.rules
         user_filter = target = self.key_filter(key)
         if tag is not None and lock is not None:
@@ -172,6 +177,7 @@ class LockOperations:
             lock_id=new_lock_id(),
             lifetime_ms=None if lock_timeout is None else self.lifetime_ms(name, lock_timeout),
             continuing=pending,
+            fair=fair,
         )
         limit, concern = self.limit(timeout), self.concern(w)
         started = clock.monotonic()

@@ -211,11 +211,14 @@ def capped(rules: TagRules, tag: str) -> bool:
     return rules.cooperative[tag] != rules.tags
 
 
-def acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int) -> Expr:
+def acquire_body(
+    field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int, fair: bool = False
+) -> Expr:
     """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors.
 
     Each branch yields only the new holders (``h``) and fence (``f``); the lock state is
-    assembled from them once, after the decision, which keeps the pipeline small.
+    assembled from them once, after the decision, which keeps the pipeline small. With
+    ``fair``, the branches are :func:`_fair_branches` (a place in line) instead.
     """
     unchanged = {"h": "$$live", "f": "$$fence0"}
     stored_tag = literal(tag)
@@ -265,6 +268,8 @@ def acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_hold
         # An assertive tag is live (held or pending): register, or renew, as pending.
         {"case": _meets("$$otags", rules.assertive[tag]), "then": wait},
     ]
+    if fair:
+        branches = _fair_branches(rules, tag, unchanged, wait, full)
     # A tag with no cooperative or assertive partner has a constant-false case: leave the
     # branch out, so the server evaluates (and parses) less.
     branches = [branch for branch in branches if branch["case"] is not False]
@@ -282,13 +287,55 @@ def acquire_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_hold
                         "held": {"$in": [False, each("$$mine", "pending")]},
                     },
                     # Nothing in the way: grant, with the next fence.
-                    "in": {"$switch": {"branches": branches, "default": grant}},
+                    "in": _in_line({"$switch": {"branches": branches, "default": grant}}, fair),
                 }
             },
         }
     }
     outcome = {"$let": {"vars": {"r": decide}, "in": _state("$$r.h", "$$r.f", clock=clock)}}
     return _with_live_state(field, outcome)
+
+
+def _fair_branches(
+    rules: TagRules, tag: str, unchanged: Expr, wait: Expr, full: Expr
+) -> list[dict[str, Any]]:
+    """Fair hand-off: a refusal becomes a pending entry that holds a place in line.
+
+    Entries keep their order in ``holders`` (new ones are appended, renewals map in
+    place), so the array is the line. What stands in our way (``$$btags``) is every
+    granted entry, and every pending one *ahead* of ours: a newcomer is behind them all, so
+    it cannot pass anyone who queued before it; a waiter is granted once nothing before it
+    conflicts. A waiting entry is an ordinary pending entry, renewed by each attempt and
+    pruned at its expiry like any other, so a dead waiter holds up the line for one
+    lifetime at most.
+    """
+    return [
+        {"case": "$$held", "then": unchanged},
+        {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
+        {"case": full if capped(rules, tag) else False, "then": unchanged},
+        {"case": _meets("$$btags", rules.cooperative[tag] | rules.assertive[tag]), "then": wait},
+    ]
+
+
+def _in_line(decision: Expr, fair: bool) -> Expr:
+    """Bind ``$$btags`` for :func:`_fair_branches`: tags granted, or pending ahead of ours."""
+    if not fair:
+        return decision
+    ids = each("$$live", "id")
+    place = {"$cond": ["$$has_mine", {"$indexOfArray": [ids, "$$id"]}, {"$size": "$$live"}]}
+    in_way = {
+        "$filter": {
+            "input": "$$others",
+            "as": "h",
+            "cond": {
+                "$or": [
+                    {"$eq": ["$$h.pending", False]},
+                    {"$lt": [{"$indexOfArray": [ids, "$$h.id"]}, place]},
+                ]
+            },
+        }
+    }
+    return {"$let": {"vars": {"btags": each(in_way, "tag")}, "in": decision}}
 
 
 def _meets(tags: Expr, wanted: frozenset[str]) -> Expr:

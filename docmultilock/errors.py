@@ -144,9 +144,13 @@ class CooperativeLock(LockConflict):
         *,
         filter: Mapping[str, Any] | None = None,  # noqa: A002
         blocking_tags: tuple[str, ...] = (),
+        document_id: Any = None,
     ) -> None:
         super().__init__(message, filter=filter)
         self.blocking_tags = tuple(blocking_tags)
+        #: The ``_id`` of the document that refused, when the server named it (a waiter
+        #: watches that document for changes).
+        self.document_id = document_id
 
     def _extra(self) -> dict[str, Any]:
         return {"blocking_tags": list(self.blocking_tags)}

@@ -26,8 +26,19 @@ from docmultilock import (
 )
 from docmultilock import _operations as operations
 from docmultilock._core import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
-from docmultilock._flows import Clock, Effect, Flow, Reread, Send, ServerTime, Sleep, send
-from docmultilock._holding import Holding, plan_hold, release_flow, wait_flow
+from docmultilock._flows import (
+    Clock,
+    Effect,
+    Flow,
+    Reread,
+    Send,
+    ServerTime,
+    Sleep,
+    WaitChange,
+    Watch,
+    send,
+)
+from docmultilock._holding import SAFETY_NET, Holding, plan_hold, release_flow, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
@@ -319,6 +330,7 @@ def _spec(ops: LockOperations, **kwargs: Any) -> Any:
         "lock_timeout": None,
         "timeout": None,
         "w": None,
+        "wake": "poll",
         **kwargs,
     }
     return plan_hold(ops, DOC, **arguments)
@@ -385,6 +397,35 @@ def test_an_interrupted_wait_releases_its_pending_entry_then_reraises(
     with pytest.raises(type(interruption)):
         flow.send(release_answer(release))
     assert len(released) == 1
+
+
+def test_with_wake_a_refused_waiter_watches_its_document_and_retries_when_woken() -> None:
+    ops = write_ops()
+    script = Script([reply(tags=("write",)), "watch", True, reply(entry()), None])
+    lock, _ = script.run(wait_flow(ops, _spec(ops, wait=5.0, wake="changes"), script.clock))
+    assert lock.id == LOCK_ID
+    assert script.sent() == ["send", "Watch", "WaitChange", "send", "Unwatch"]
+    watch = script.effects[1]
+    assert isinstance(watch, Watch)
+    assert (watch.document_id, watch.field, watch.exclusive) == (1, "lock", True)
+    waited = script.effects[2]
+    assert isinstance(waited, WaitChange)
+    assert waited.seconds == 0.4 * SAFETY_NET  # the safety net: slower than the backoff
+
+
+def test_without_a_change_stream_the_waiter_polls() -> None:
+    ops = write_ops()
+    script = Script([reply(tags=("write",)), None, reply(tags=("write",)), reply(entry())])
+    script.run(wait_flow(ops, _spec(ops, wait=5.0, wake="changes"), script.clock))
+    assert script.sent() == ["send", "Watch", "sleep 0.2", "send", "sleep 0.4", "send"]
+
+
+def test_a_stream_lost_while_waiting_turns_the_wait_into_polling() -> None:
+    ops = write_ops()
+    answers = [reply(tags=("write",)), "watch", None, None, reply(entry())]
+    script = Script(answers)
+    script.run(wait_flow(ops, _spec(ops, wait=5.0, wake="changes"), script.clock))
+    assert script.sent() == ["send", "Watch", "WaitChange", "Unwatch", "sleep 0.2", "send"]
 
 
 def test_without_wait_a_pending_entry_is_released_and_the_refusal_raised() -> None:

@@ -292,7 +292,7 @@ def test_wait_retries_with_backoff_until_the_lock_is_free(
         fake = FakePacing(then=lambda n: holding.close() if n == 3 else None)
         fake.install(waiter)
         log.names.clear()
-        with subject.hold(waiter, wait=5.0, backoff=(0.1, 0.3)) as held:
+        with subject.hold(waiter, wait=5.0, backoff=(0.1, 0.3), wake="poll") as held:
             # Refused three times, granted at the fourth (the holder's release is between).
             assert log.names == ["findAndModify"] * 5
             assert [h["id"] for h in subject.holders()] == [held.lock.id]
@@ -303,7 +303,7 @@ def test_backoff_delays_grow_exponentially_within_full_jitter(subject: Subject) 
     fake = FakePacing(draw=random.Random(7).uniform)
     waiter = subject.manager()
     fake.install(waiter)
-    with subject.hold(), pytest.raises(LockTimeout), subject.hold(waiter, wait=2.0):
+    with subject.hold(), pytest.raises(LockTimeout), subject.hold(waiter, wait=2.0, wake="poll"):
         pass
     low, high = 0.01, 0.8
     assert fake.bounds == [(low, min(high, low * 2**n)) for n in range(1, len(fake.bounds) + 1)]
@@ -326,7 +326,10 @@ def test_wait_ends_in_lock_timeout_with_the_last_refusal(subject: Subject) -> No
     waiter = subject.manager()
     fake.install(waiter)
     with subject.hold() as held:
-        with pytest.raises(LockTimeout) as exc, subject.hold(waiter, wait=1.0, backoff=(0.1, 0.4)):
+        with (
+            pytest.raises(LockTimeout) as exc,
+            subject.hold(waiter, wait=1.0, backoff=(0.1, 0.4), wake="poll"),
+        ):
             pass
         assert [h["id"] for h in subject.holders()] == [held.lock.id]
     err = exc.value
@@ -350,7 +353,7 @@ def test_a_pending_assertive_lock_is_continued_not_restarted(rw_lock: MultiLock,
             rw_lock.release(doc, reader)
 
     FakePacing(then=then).install(rw_lock)
-    with rw_lock.hold(doc, tag="write", wait=5.0) as held:
+    with rw_lock.hold(doc, tag="write", wait=5.0, wake="poll") as held:
         assert not held.lock.pending
     pending_id = seen[0][1]
     assert seen == [[reader.id, pending_id], [reader.id, pending_id]]
@@ -360,7 +363,7 @@ def test_a_pending_assertive_lock_is_continued_not_restarted(rw_lock: MultiLock,
 def test_a_pending_assertive_lock_is_released_on_timeout(rw_lock: MultiLock, doc: Doc) -> None:
     reader = rw_lock.acquire(doc, tag="read")
     FakePacing().install(rw_lock)
-    with pytest.raises(LockTimeout) as exc, rw_lock.hold(doc, tag="write", wait=1.0):
+    with pytest.raises(LockTimeout) as exc, rw_lock.hold(doc, tag="write", wait=1.0, wake="poll"):
         pass
     assert isinstance(exc.value.__cause__, AssertiveLock)
     assert exc.value.blocking_tags == ("read",)
@@ -383,7 +386,7 @@ def test_a_pending_assertive_lock_is_released_when_the_wait_is_interrupted(
         raise KeyboardInterrupt
 
     FakePacing(then=interrupt).install(rw_lock)
-    with pytest.raises(KeyboardInterrupt), rw_lock.hold(doc, tag="write", wait=5.0):
+    with pytest.raises(KeyboardInterrupt), rw_lock.hold(doc, tag="write", wait=5.0, wake="poll"):
         pass
     assert [h["id"] for h in stored_lock(rw_lock.collection)["holders"]] == [reader.id]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version
 
-from docmultilock._bench import _capacity, _commands, _contended, _flavours, _single
+from docmultilock._bench import _capacity, _commands, _contended, _flavours, _handoff, _single
 from docmultilock._bench._bed import Context, KeepAlive, Outcome, connect, server_version
 from docmultilock._bench._report import Progress, Report
 from docmultilock.testing import URI_VARIABLE, EmbeddedServer
@@ -32,6 +32,9 @@ SCENARIOS = {
     8: "latency percentiles",
     9: "keep-alive capacity",
     10: "async beside sync",
+    11: "hand-off latency",
+    12: "commands per grant while waiting",
+    13: "fairness: 4 processes, 1 document",
 }
 
 #: The scenarios whose rows set docmultilock beside the raw pymongo floor.
@@ -53,6 +56,8 @@ MEASUREMENTS: list[tuple[str, frozenset[int], Callable[[Context], Outcome]]] = [
     ("document size", frozenset({7}), _single.size),
     ("keep-alive capacity, 1 process", frozenset({9}), _capacity.keepalive_capacity),
     ("async beside sync", frozenset({10}), _flavours.async_beside_sync),
+    ("hand-off, 1 process, 1 document", frozenset({11, 12}), _handoff.handoff),
+    ("fairness, 4 processes, 1 document", frozenset({13}), _handoff.fairness),
 ]
 
 

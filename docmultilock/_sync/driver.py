@@ -30,7 +30,11 @@ from docmultilock._flows import (
     Send,
     ServerTime,
     Sleep,
+    Unwatch,
+    WaitChange,
+    Watch,
 )
+from docmultilock._wakeup import Watchers
 
 __all__ = ["MongoIO", "run"]
 
@@ -91,6 +95,15 @@ class MongoIO:
                 self.collection.create_index(
                     [(f"{effect.field}.expires", 1)], expireAfterSeconds=0, name=effect.name
                 )
+            return None
+        if isinstance(effect, Watch):
+            return Watchers.current().subscribe(
+                self.collection, effect.field, effect.document_id, effect.exclusive
+            )
+        if isinstance(effect, WaitChange):
+            return effect.watch.wait(effect.seconds, effect.entry)
+        if isinstance(effect, Unwatch):
+            effect.watch.close()
             return None
         raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover
 

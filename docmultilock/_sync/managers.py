@@ -10,7 +10,7 @@ nothing itself, runs its flow with the sync driver, and maps errors through
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pymongo.collection import Collection
 
@@ -122,6 +122,8 @@ class LockManager:
         lock_timeout: Duration | None = None,
         timeout: Duration | None = None,
         w: int | str | None = None,
+        wake: Literal["changes", "poll"] = "changes",
+        fair: bool = False,
     ) -> Hold:
         """Hold a lock on ``key`` for the span of a ``with`` block; release it after.
 
@@ -134,6 +136,12 @@ class LockManager:
         :param wait: seconds to go on trying while refused, with exponential backoff and
             full jitter between ``backoff=(min, max)`` seconds; ``None`` tries once. A
             pending assertive lock is continued meanwhile, and released if the wait fails.
+        :param wake: ``"changes"`` (the default): between attempts, wait on a change stream
+            of the refusing document and retry as soon as the lock may be free; the
+            backoff, at a slower cadence (its max times 1 to 4), stays as a safety net.
+            Where change streams are unavailable it polls, as ``"poll"`` always does.
+        :param fair: hold a place in line while waiting, so that waiters on one document
+            are granted in the order they arrived (see :doc:`/howto/hold`).
         :param keepalive: extend the lock every ``extend_every`` seconds (a third of its
             lifetime by default) from the process's keep-alive.
         :param on_lost: called as ``on_lost(lock, error)`` once, when the lock is found lost;
@@ -157,6 +165,8 @@ class LockManager:
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,
+            wake=wake,
+            fair=fair,
         )
         return Hold(self._ops, self._io, self._clock, spec)
 

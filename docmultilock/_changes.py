@@ -1,0 +1,153 @@
+"""Which waiters a change wakes: the change stream's pipeline and the decision per event.
+
+No I/O here; ``_wakeup`` runs the streams (a thread per collection for the sync managers,
+a task per collection and event loop for the async ones) and asks :class:`Interests`
+whom each event wakes.
+
+One stream per lock collection (and lock field) per process serves every waiter there. The
+server filters it to the documents being waited for and projects each event down to the
+lock entries' ids and pending flags (looked up after the write), so an event is a few
+bytes. A waiter is woken when an event shows a place may have opened:
+
+* the document was deleted (a named lock's last release), or none of its entries is
+  granted any more (a release, or a refused attempt that pruned an expired holder);
+* in a fair line (``hold(fair=True)``), only the head of the line is woken: the waiter
+  with no pending entry ahead of its own;
+* of a process's waiters for a tag that excludes itself, only the one waiting longest is
+  woken, as one release lets one of them in; if it leaves before it could try, the wake
+  passes to the next.
+
+A grant, a renewal, a pending entry's continuation wake nobody. Whatever this misses (an
+entry that expired unnoticed, an event lost with a broken stream) the waiter's slower
+backoff finds, so a wake is an optimisation, never the only way to the lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["MAX_AWAIT_MS", "Interest", "Interests", "stream_pipeline"]
+
+#: How long the server holds a getMore open on an idle stream; a new waiter's document
+#: joins the server-side filter within about this long.
+MAX_AWAIT_MS = 100
+
+_arrivals = itertools.count()
+
+
+class Interest:
+    """One waiter's watch of one document; ``woken`` until the waiter takes the wake."""
+
+    def __init__(self, document_id: Any, exclusive: bool, notify: Callable[[], None]) -> None:
+        self.document_id = document_id
+        self.exclusive = exclusive
+        self.entry: str | None = None  # our pending entry's id in a fair line
+        self.woken = False
+        self.arrival = next(_arrivals)
+        self._notify = notify
+
+    def wake(self) -> None:
+        self.woken = True
+        self._notify()
+
+    def take(self) -> bool:
+        """Whether a wake came since the last call; clears it."""
+        woken, self.woken = self.woken, False
+        return woken
+
+
+def stream_pipeline(field: str, ids: list[Any]) -> list[dict[str, Any]]:
+    """The change stream's pipeline: writes to ``ids``, projected to the lock's entries."""
+    holders = f"fullDocument.{field}.holders"
+    return [
+        {
+            "$match": {
+                "operationType": {"$in": ["update", "replace", "delete"]},
+                "documentKey._id": {"$in": ids},
+            }
+        },
+        {
+            "$project": {
+                "operationType": 1,
+                "documentKey": 1,
+                f"{holders}.id": 1,
+                f"{holders}.pending": 1,
+            }
+        },
+    ]
+
+
+def _entries(change: Mapping[str, Any], field: str) -> list[Mapping[str, Any]] | None:
+    """The document's entries after the change; ``None`` if it is gone or holds none."""
+    value: Any = change.get("fullDocument")
+    for part in field.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    holders = value.get("holders") if isinstance(value, Mapping) else None
+    if change.get("operationType") == "delete" or not isinstance(holders, list):
+        return None
+    return [h for h in holders if isinstance(h, Mapping)]
+
+
+class Interests:
+    """The waiters one stream serves, in arrival order, and whom an event wakes."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self._all: list[Interest] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._all)
+
+    def add(self, interest: Interest) -> None:
+        self._all.append(interest)
+
+    def remove(self, interest: Interest) -> None:
+        """Forget ``interest``; a wake it did not take passes to the next in line."""
+        if interest not in self._all:
+            return
+        self._all.remove(interest)
+        if interest.woken and interest.exclusive:
+            for other in self._of(interest.document_id):
+                if other.exclusive and other.entry is None:
+                    other.wake()
+                    break
+
+    def ids(self) -> list[Any]:
+        """The documents waited for, each once, in a stable order."""
+        ids: list[Any] = []
+        for interest in self._all:
+            if interest.document_id not in ids:
+                ids.append(interest.document_id)
+        return ids
+
+    def wake_all(self, ids: list[Any] | None = None) -> None:
+        """Wake every waiter (of ``ids``): an event may have been missed."""
+        for interest in self._all:
+            if ids is None or interest.document_id in ids:
+                interest.wake()
+
+    def dispatch(self, change: Mapping[str, Any]) -> None:
+        """Wake whom ``change`` concerns (see the module's rules)."""
+        key = change.get("documentKey")
+        if not isinstance(key, Mapping) or "_id" not in key:
+            return
+        entries = _entries(change, self.field)
+        if entries is not None and any(h.get("pending") is False for h in entries):
+            return  # still held: nobody can get in yet
+        line = [h.get("id") for h in entries or () if h.get("pending")]
+        exclusive_woken = False
+        for interest in self._of(key["_id"]):
+            if interest.entry is not None:
+                if interest.entry not in line or line.index(interest.entry) == 0:
+                    interest.wake()
+            elif interest.exclusive:
+                if not exclusive_woken:
+                    interest.wake()
+                    exclusive_woken = True
+            else:
+                interest.wake()
+
+    def _of(self, document_id: Any) -> list[Interest]:
+        return [i for i in self._all if i.document_id == document_id]

@@ -1,0 +1,249 @@
+"""hold(wait=...) woken by change streams, its safety net, its fallback, and fair hand-off."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pymongo.collection import Collection
+
+from docmultilock import LockAlreadyTaken, LockTimeout, WriteLock
+from docmultilock._changes import Interest, Interests
+from docmultilock._flows import Clock
+from docmultilock._wakeup import WATCHERS, AsyncWatchers
+from tests.flavours import MakeLock, Twins
+from tests.helpers import stored_lock, wait_until
+
+Doc = dict[str, Any]
+
+
+def _never(seconds: float) -> None:
+    raise AssertionError(f"slept {seconds} s: the backoff was reached")
+
+
+async def _anever(seconds: float) -> None:
+    _never(seconds)
+
+
+#: A clock whose backoff sleep fails the test: a waiter must be woken before reaching it.
+NO_SLEEP = Clock(sleep=_never, asleep=_anever)
+
+
+@pytest.fixture
+def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
+    """How many change streams the flavour's watchers run now."""
+    if flavour == "sync":
+        return WATCHERS.open_streams
+
+    async def count() -> int:
+        return AsyncWatchers.current().open_streams()
+
+    return lambda: twins.portal.call(count())
+
+
+class Waiter:
+    """``hold(wait=...)`` on a thread; records when it was granted and what it raised."""
+
+    def __init__(self, locks: Any, key: Any, hold_for: float = 0.0, **kwargs: Any) -> None:
+        self.granted: float | None = None
+        self.error: BaseException | None = None
+        self._args = (locks, key, hold_for, kwargs)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        locks, key, hold_for, kwargs = self._args
+        try:
+            with locks.hold(key, **kwargs):
+                self.granted = time.monotonic()
+                time.sleep(hold_for)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def two(make_lock: MakeLock, collection: Collection[Doc], doc: Doc) -> Any:
+    """A holder's manager and a waiter's manager on the test document."""
+    return make_lock(WriteLock, collection), make_lock(WriteLock, collection)
+
+
+# -- woken by a release -------------------------------------------------------------------
+
+
+def test_a_release_wakes_the_waiter_without_waiting_out_its_backoff(
+    two: Any, doc: Doc, open_streams: Callable[[], int]
+) -> None:
+    holder, waiting = two
+    waiting._clock = NO_SLEEP
+    with holder.hold(doc):
+        waiter = Waiter(waiting, doc, wait=60.0, backoff=(20.0, 20.0))
+        wait_until(lambda: open_streams() == 1)
+        time.sleep(0.3)  # refused, then waiting on its stream
+        released = time.monotonic()
+    waiter.join()
+    assert waiter.granted is not None
+    assert waiter.granted - released < 2.0  # the safety net would come after 20 s or more
+
+
+def test_a_waiter_gets_the_lock_when_its_stream_breaks_and_events_are_lost(
+    two: Any, doc: Doc, fail_point: Callable[..., None], open_streams: Callable[[], int]
+) -> None:
+    holder, waiting = two
+    with holder.hold(doc):
+        waiter = Waiter(waiting, doc, wait=30.0, backoff=(0.1, 0.25))
+        wait_until(lambda: open_streams() == 1)
+        # Kill the stream for good: its next getMore fails, and so does every reopening.
+        fail_point(times=10_000, commands=("getMore", "aggregate"), errorCode=13)
+        time.sleep(0.4)
+    waiter.join()  # granted by the safety net: the release's event was never delivered
+    assert waiter.granted is not None
+
+
+def test_without_change_streams_waiters_poll_and_say_so_once_at_debug(
+    two: Any,
+    doc: Doc,
+    fail_point: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+    open_streams: Callable[[], int],
+) -> None:
+    holder, waiting = two
+    fail_point(times=1, commands=("aggregate",), errorCode=13)  # as without the privilege
+    with caplog.at_level(logging.DEBUG, logger="docmultilock"):
+        for _ in range(2):
+            with holder.hold(doc):
+                waiter = Waiter(waiting, doc, wait=30.0, backoff=(0.05, 0.1))
+                time.sleep(0.4)
+            waiter.join()
+    told = [r for r in caplog.records if r.getMessage().startswith("no change stream on")]
+    assert len(told) == 1
+    assert told[0].levelno == logging.DEBUG
+    assert open_streams() == 0
+
+
+def test_no_change_stream_stays_open_after_the_last_waiter_leaves(
+    two: Any, doc: Doc, client: Any, open_streams: Callable[[], int]
+) -> None:
+    def cursors() -> int:
+        total: int = client.admin.command("serverStatus")["metrics"]["cursor"]["open"]["total"]
+        return total
+
+    before = cursors()
+    holder, waiting = two
+    with holder.hold(doc):
+        waiters = [Waiter(waiting, doc, wait=0.8, backoff=(0.05, 0.1)) for _ in range(2)]
+        wait_until(lambda: open_streams() == 1 and cursors() > before)
+        for waiter in waiters:
+            with pytest.raises(LockTimeout):
+                waiter.join()
+    wait_until(lambda: open_streams() == 0 and cursors() == before)
+
+
+def test_wake_poll_opens_no_stream(two: Any, doc: Doc, open_streams: Callable[[], int]) -> None:
+    holder, waiting = two
+    with holder.hold(doc):
+        waiter = Waiter(waiting, doc, wait=0.5, backoff=(0.05, 0.1), wake="poll")
+        time.sleep(0.2)
+        assert open_streams() == 0
+        with pytest.raises(LockTimeout):
+            waiter.join()
+
+
+# -- fair hand-off ----------------------------------------------------------------------
+
+
+def test_fair_waiters_are_granted_in_arrival_order(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    holder = make_lock(WriteLock, collection)
+    waiters: list[Waiter] = []
+
+    def in_line() -> bool:
+        return len(stored_lock(collection)["holders"]) == len(waiters) + 1
+
+    with holder.hold(doc):
+        for _ in range(4):
+            locks = make_lock(WriteLock, collection)
+            waiters.append(Waiter(locks, doc, 0.05, wait=30.0, backoff=(0.05, 0.2), fair=True))
+            wait_until(in_line)
+    for waiter in waiters:
+        waiter.join()
+    assert all(w.granted is not None for w in waiters)
+    order = sorted(range(4), key=lambda n: waiters[n].granted or 0.0)
+    assert order == [0, 1, 2, 3]
+
+
+def test_a_newcomer_cannot_pass_a_fair_line(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    holder, newcomer = make_lock(WriteLock, collection), make_lock(WriteLock, collection)
+    with holder.hold(doc):
+        # A slow waiter (polling, renewing its place every lifetime/3) stands in line.
+        waiting = make_lock(WriteLock, collection, lock_timeout=3.0)
+        waiter = Waiter(waiting, doc, wait=30.0, backoff=(5.0, 5.0), wake="poll", fair=True)
+        wait_until(lambda: len(stored_lock(collection)["holders"]) == 2)
+    # The holder has left; the line's head has not come back yet: the newcomer is refused.
+    assert [h["pending"] for h in stored_lock(collection)["holders"]] == [True]
+    with pytest.raises(LockAlreadyTaken), newcomer.hold(doc):
+        pass
+    waiter.join()
+    assert waiter.granted is not None
+
+
+# -- whom an event wakes (no server) ------------------------------------------------------
+
+
+def _interests(*interests: Interest) -> Interests:
+    made = Interests("lock")
+    for interest in interests:
+        made.add(interest)
+    return made
+
+
+def _change(*holders: tuple[str, bool], op: str = "update") -> Doc:
+    entries = [{"id": i, "pending": p} for i, p in holders]
+    return {
+        "operationType": op,
+        "documentKey": {"_id": 1},
+        "fullDocument": {"lock": {"holders": entries}},
+    }
+
+
+def test_a_change_while_the_lock_is_granted_wakes_nobody() -> None:
+    first = Interest(1, True, lambda: None)
+    _interests(first).dispatch(_change(("a", False), ("b", True)))
+    assert not first.woken
+
+
+def test_a_release_wakes_one_exclusive_waiter_and_every_shared_one() -> None:
+    one, two, reader = (
+        Interest(1, True, lambda: None),
+        Interest(1, True, lambda: None),
+        Interest(1, False, lambda: None),
+    )
+    _interests(one, two, reader).dispatch(_change())
+    assert (one.woken, two.woken, reader.woken) == (True, False, True)
+
+
+def test_a_wake_not_taken_passes_to_the_next_exclusive_waiter() -> None:
+    one, two = Interest(1, True, lambda: None), Interest(1, True, lambda: None)
+    interests = _interests(one, two)
+    interests.dispatch(_change(op="delete"))
+    interests.remove(one)
+    assert two.woken
+
+
+def test_in_a_fair_line_only_its_head_is_woken() -> None:
+    head, second = Interest(1, True, lambda: None), Interest(1, True, lambda: None)
+    second.entry, head.entry = "b", "a"
+    _interests(second, head).dispatch(_change(("a", True), ("b", True)))
+    assert (head.woken, second.woken) == (True, False)
