@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -63,7 +64,7 @@ def test_the_bench_reports_every_scenario_beside_its_floor(
     assert {row["met"] for row in report["rows"] if row["scenario"] == 1} == {True}
     assert report["cpus"] >= 1
     assert report["server"]
-    assert "[1/8] commands per operation" in err
+    assert re.search(r"^\[1/\d+\] commands per operation", err, re.MULTILINE)
 
 
 @pytest.mark.slow
