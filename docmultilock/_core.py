@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from bson import encode
+from bson.raw_bson import RawBSONDocument
+
 from docmultilock._args import check_filter, check_name
 from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, literal
 from docmultilock._lock import Lock
@@ -118,6 +121,11 @@ EXCLUSIVE = Verdicts(LockAlreadyTaken, LockWasReacquired, exclusive=True)
 SHARED = Verdicts(CooperativeLock, LockNotFound, exclusive=False)
 
 
+def encoded(expression: Mapping[str, Any]) -> RawBSONDocument:
+    """``expression`` encoded to BSON once; pymongo copies its bytes into every command."""
+    return RawBSONDocument(encode(expression))
+
+
 def _to_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
@@ -158,19 +166,28 @@ class LockCore:
         # Only a lone exclusive holder can take its on-demand document with it.
         self._delete_on_release = home.on_demand and verdicts.exclusive
         clock = home.on_demand
-        # The pipeline bodies depend only on the field and the table; only the small
-        # ``$let`` bindings (id, lifetime, ...) change per call.
+        # The pipeline bodies depend only on the field and the table: each is encoded to
+        # BSON once (pymongo copies the bytes), and only the small ``$let`` bindings (id,
+        # lifetime, ...) are encoded per call.
         self._acquire = {
-            tag: acquire_body(field, rules, tag, clock=clock, max_holders=max_holders)
+            tag: tuple(
+                encoded(
+                    acquire_body(
+                        field, rules, tag, clock=clock, max_holders=max_holders, fresh=fresh
+                    )
+                )
+                for fresh in (True, False)
+            )
             for tag in rules.tags
         }
-        self._release = release_body(field, clock=clock)
-        self._extend = extend_body(field, clock=clock)
+        self._release = encoded(release_body(field, clock=clock))
+        self._extend = encoded(extend_body(field, clock=clock))
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
-        self._ours = {"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}}
-        self._acquire_tags = {"$setUnion": [each(holders, "tag")]}
+        self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
+        self._acquire_tags = encoded({"$setUnion": [each(holders, "tag")]})
+        self._layout = {"t": {"$type": f"${field}"}, "v": f"${field}.v"}
 
     # -- building -------------------------------------------------------------------
 
@@ -182,8 +199,7 @@ class LockCore:
         projection: dict[str, Any] = {
             "_id": 1,
             "ours": self._ours,
-            "t": {"$type": f"${self.field}"},
-            "v": f"${self.field}.v",
+            **self._layout,
             "mine": {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}},
         }
         if with_tags:
@@ -205,20 +221,25 @@ class LockCore:
         ``lifetime_ms`` of ``None`` means the tag's default for a new lock, and the lifetime
         it was taken with for a continued one.
         """
-        default = self.rules.lifetime_ms[tag]
-        if continuing is not None:
+        fresh, continued = self._acquire[tag]
+        bindings: dict[str, Any]
+        if continuing is None:
+            ttl = self.rules.lifetime_ms[tag] if lifetime_ms is None else lifetime_ms
+            bindings = {"id": literal(lock_id), "tag": literal(tag), "ttl": ttl}
+            body = fresh
+        else:
             lock_id = continuing.id
-        elif lifetime_ms is None:
-            lifetime_ms = default
-        bindings = {
-            "id": literal(lock_id),
-            "ttl": lifetime_ms,
-            "dttl": default,
-            "create": continuing is None,
-        }
+            bindings = {
+                "id": literal(lock_id),
+                "tag": literal(tag),
+                "ttl": lifetime_ms,
+                "dttl": self.rules.lifetime_ms[tag],
+                "create": False,
+            }
+            body = continued
         command = Command(
             filter=dict(target),
-            update=update_stages(self.field, self._acquire[tag], bindings),
+            update=update_stages(self.field, body, bindings),
             projection=self._projection(lock_id, with_tags=True),
             return_after=True,
             # A pending lock is continued only on its existing document.
