@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from docmultilock import MultiLock, WriteLock
+from docmultilock._bench import _shape
 from docmultilock._bench._bed import Bed, Context, Outcome, bed, connect, payload
 from docmultilock._bench._commands import CommandCounter
 from docmultilock._bench._floor import FloorLock
@@ -120,6 +121,8 @@ def uncontended(context: Context) -> Outcome:
             (mine.acquire, floor.acquire),
             (mine.release, floor.release),
         ),
+        # What the server parses per operation bounds scenario 2 (counted, not timed).
+        *_shape.rows(2),
     ]
     return Outcome(rows, collections)
 
@@ -185,6 +188,17 @@ def readers(context: Context) -> Outcome:
             )
         collections = twins.sizes()
     most, least = READERS[-1], READERS[0]
+    ours, floor_shapes = _shape.shapes()
+    rows.append(
+        Row.make(
+            6,
+            "array operators in a read acquire+release (every branch: passes over the holders)",
+            "operators",
+            sum(ours["MultiLock", op].array_operators for op in ("acquire", "release")),
+            sum(floor_shapes[op].array_operators for op in ("acquire", "release")),
+            detail="the floor's cycle never reads the holders",
+        )
+    )
     rows.append(
         Row.make(
             6,
