@@ -9,6 +9,7 @@ from typing import Any
 import bson
 import bson.errors
 from bson.decimal128 import Decimal128
+from bson.objectid import ObjectId
 
 from docmultilock._lock import (
     LOCK_ID_PATTERN,
@@ -36,8 +37,19 @@ __all__ = [
 ]
 
 
+#: Values that hold no documents or arrays: a filter of these alone nests one level deep.
+_FLAT = frozenset({str, int, float, bool, type(None), ObjectId})
+
+
+def _flat(filter: dict[Any, Any]) -> bool:  # noqa: A002
+    return all(type(key) is str and type(value) in _FLAT for key, value in filter.items())
+
+
 def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
     """Accept a non-empty mapping with string keys; return a plain dict copy."""
+    # The common case, checked in one pass: a dict of plain values under string keys.
+    if type(filter) is dict and filter and _flat(filter):
+        return dict(filter)
     if not isinstance(filter, Mapping):
         raise InvalidArgument(f"filter must be a mapping, not {type(filter).__name__}")
     if not filter:
@@ -154,6 +166,11 @@ def _number(value: object) -> Decimal | None:
     return None
 
 
+#: Types whose values match in MongoDB exactly when they are equal in Python (strings that
+#: UTF-8 can encode: ASCII ones are checked here, the rest take the encoding path).
+_EXACT = frozenset({str, int, ObjectId})
+
+
 def same_bson_value(a: object, b: object) -> bool:
     """Equality as MongoDB matches a value (an ``_id`` in a filter against a lock's document).
 
@@ -161,6 +178,8 @@ def same_bson_value(a: object, b: object) -> bool:
     field by field *in order*, arrays element by element, everything else as the same
     BSON bytes.
     """
+    if type(a) is type(b) and type(a) in _EXACT and (type(a) is not str or a.isascii()):
+        return bool(a == b)  # the same BSON type, whose Python equality is MongoDB's
     number_a, number_b = _number(a), _number(b)
     if number_a is not None or number_b is not None:
         if number_a is None or number_b is None:

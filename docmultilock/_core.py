@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from bson import encode
+from bson.raw_bson import RawBSONDocument
+
 from docmultilock._args import check_filter, check_name
 from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, literal
 from docmultilock._lock import Lock
@@ -118,6 +121,11 @@ EXCLUSIVE = Verdicts(LockAlreadyTaken, LockWasReacquired, exclusive=True)
 SHARED = Verdicts(CooperativeLock, LockNotFound, exclusive=False)
 
 
+def encoded(expression: Mapping[str, Any]) -> RawBSONDocument:
+    """``expression`` encoded to BSON once; pymongo copies its bytes into every command."""
+    return RawBSONDocument(encode(expression))
+
+
 def _to_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
@@ -158,20 +166,29 @@ class LockCore:
         # Only a lone exclusive holder can take its on-demand document with it.
         self._delete_on_release = home.on_demand and verdicts.exclusive
         clock = home.on_demand
-        # The pipeline bodies depend only on the field and the table; only the small
-        # ``$let`` bindings (id, lifetime, ...) change per call.
+        # The pipeline bodies depend only on the field and the table: each is encoded to
+        # BSON once (pymongo copies the bytes), and only the small ``$let`` bindings (id,
+        # lifetime, ...) are encoded per call.
         self._acquire = {
-            tag: acquire_body(field, rules, tag, clock=clock, max_holders=max_holders)
+            tag: tuple(
+                encoded(
+                    acquire_body(
+                        field, rules, tag, clock=clock, max_holders=max_holders, fresh=fresh
+                    )
+                )
+                for fresh in (True, False)
+            )
             for tag in rules.tags
         }
-        self._fair: dict[str, Expr] = {}  # fair bodies, made on first use
-        self._release = release_body(field, clock=clock)
-        self._extend = extend_body(field, clock=clock)
+        self._fair: dict[str, Any] = {}  # fair bodies, encoded on first use
+        self._release = encoded(release_body(field, clock=clock))
+        self._extend = encoded(extend_body(field, clock=clock))
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
-        self._ours = {"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}}
-        self._acquire_tags = {"$setUnion": [each(holders, "tag")]}
+        self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
+        self._acquire_tags = encoded({"$setUnion": [each(holders, "tag")]})
+        self._layout = {"t": {"$type": f"${field}"}, "v": f"${field}.v"}
 
     # -- building -------------------------------------------------------------------
 
@@ -183,8 +200,7 @@ class LockCore:
         projection: dict[str, Any] = {
             "_id": 1,
             "ours": self._ours,
-            "t": {"$type": f"${self.field}"},
-            "v": f"${self.field}.v",
+            **self._layout,
             "mine": {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}},
         }
         if with_tags:
@@ -208,20 +224,30 @@ class LockCore:
         it was taken with for a continued one. With ``fair``, a refusal records a pending
         entry that holds a place in line (``_pipeline.acquire_body``).
         """
-        default = self.rules.lifetime_ms[tag]
-        if continuing is not None:
+        fresh, continued = self._acquire[tag]
+        bindings: dict[str, Any]
+        if continuing is None:
+            ttl = self.rules.lifetime_ms[tag] if lifetime_ms is None else lifetime_ms
+            bindings = {"id": literal(lock_id), "tag": literal(tag), "ttl": ttl}
+            body = fresh
+        else:
             lock_id = continuing.id
-        elif lifetime_ms is None:
-            lifetime_ms = default
-        bindings = {
-            "id": literal(lock_id),
-            "ttl": lifetime_ms,
-            "dttl": default,
-            "create": continuing is None,
-        }
+            bindings = {
+                "id": literal(lock_id),
+                "tag": literal(tag),
+                "ttl": lifetime_ms,
+                "dttl": self.rules.lifetime_ms[tag],
+                "create": False,
+            }
+            body = continued
+        if fair:
+            # One fair body serves both: a newcomer (``$$create``) takes a place in line.
+            default = self.rules.lifetime_ms[tag]
+            bindings = {**bindings, "dttl": default, "create": continuing is None}
+            body = self._fair_body(tag)
         command = Command(
             filter=dict(target),
-            update=update_stages(self.field, self._body(tag, fair), bindings),
+            update=update_stages(self.field, body, bindings),
             projection=self._projection(lock_id, with_tags=True),
             return_after=True,
             # A pending lock is continued only on its existing document.
@@ -229,19 +255,20 @@ class LockCore:
         )
         return AcquirePlan(self, command, user_filter, tag, continuing, fair)
 
-    def _body(self, tag: str, fair: bool) -> Expr:
-        """The acquire pipeline body of ``tag``: the plain one, or (made once) the fair one."""
-        if not fair:
-            return self._acquire[tag]
+    def _fair_body(self, tag: str) -> Any:
+        """The fair acquire pipeline body of ``tag``, built and encoded on first use."""
         body = self._fair.get(tag)
         if body is None:
-            body = self._fair[tag] = acquire_body(
-                self.field,
-                self.rules,
-                tag,
-                clock=self.home.on_demand,
-                max_holders=self.max_holders,
-                fair=True,
+            body = self._fair[tag] = encoded(
+                acquire_body(
+                    self.field,
+                    self.rules,
+                    tag,
+                    clock=self.home.on_demand,
+                    max_holders=self.max_holders,
+                    fresh=False,
+                    fair=True,
+                )
             )
         return body
 

@@ -13,6 +13,7 @@ import bson
 import marshmallow
 from bson import json_util
 from bson.errors import BSONError
+from bson.objectid import ObjectId
 from bson.regex import Regex
 
 __all__ = ["MAX_DEPTH", "Lock", "LockSchema", "document_id_problem", "nests_deeper_than"]
@@ -42,6 +43,10 @@ def nests_deeper_than(value: object, limit: int) -> bool:
     return False
 
 
+#: ``_id`` types that are always fine (and ints within 64 bits), checked first.
+_PLAIN_IDS = frozenset({str, ObjectId, float, type(None)})
+
+
 def document_id_problem(value: Any) -> str | None:
     """Why ``value`` cannot be a document's ``_id`` matched by equality, or ``None``.
 
@@ -50,6 +55,9 @@ def document_id_problem(value: Any) -> str | None:
     and MongoDB never stores an array, a regular expression or an integer beyond 64 bits
     as an ``_id``.
     """
+    kind = type(value)
+    if kind in _PLAIN_IDS or (kind is int and -(2**63) <= value < 2**63):
+        return None
     if isinstance(value, Mapping) and any(str(key).startswith("$") for key in value):
         return "is a query operator, not an _id"
     if isinstance(value, (list, tuple, Regex, re.Pattern)):

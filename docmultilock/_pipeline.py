@@ -54,6 +54,33 @@ FENCES_PER_MS = 1000
 #: The smallest fence a clock-fenced grant may take at server time ``$$now``.
 _CLOCK_FENCE: Expr = {"$multiply": [{"$toLong": "$$now"}, FENCES_PER_MS]}
 
+# The server checks every node of a pipeline when it parses it, whether its branch runs or
+# not, and walks the holders array once per array operator that runs: each body below is
+# built for one operation from the parts it can reach, and binds what it uses twice.
+
+
+def _let(variables: dict[str, Expr], body: Expr) -> Expr:
+    return {"$let": {"vars": variables, "in": body}}
+
+
+def _first(branches: list[tuple[Expr, Expr]], default: Expr) -> Expr:
+    """The ``then`` of the first true case, else ``default`` (a ``$cond`` for one case)."""
+    if not branches:
+        return default
+    if len(branches) == 1:
+        ((case, then),) = branches
+        return {"$cond": [case, then, default]}
+    return {
+        "$switch": {
+            "branches": [{"case": case, "then": then} for case, then in branches],
+            "default": default,
+        }
+    }
+
+
+def _any(cases: list[Expr]) -> Expr:
+    return cases[0] if len(cases) == 1 else {"$or": cases}
+
 
 def _next_fence(clock: bool) -> Expr:
     """The fence of a grant: the document's last plus one; with ``clock``, at least now.
@@ -70,8 +97,13 @@ def _next_fence(clock: bool) -> Expr:
     return {"$max": [counter, _CLOCK_FENCE]} if clock else counter
 
 
-def _state(holders: Expr, fence: Expr, *, clock: bool) -> Expr:
-    """The whole lock subdocument, always in the same key order so unchanged state is a no-op."""
+def _state(holders: str, fence: Expr, *, clock: bool) -> Expr:
+    """The whole lock subdocument, always in the same key order so unchanged state is a no-op.
+
+    ``holders`` is a variable (``"$$name"``): the list is evaluated once, however often the
+    state uses it. ``$max`` of no entries is null, which ``$ifNull`` turns into the idle
+    expiry.
+    """
     idle: Expr = "$$now"
     if clock:
         # With no holder, the TTL index may delete the document once ``expires`` is past:
@@ -81,15 +113,21 @@ def _state(holders: Expr, fence: Expr, *, clock: bool) -> Expr:
     return {
         "v": literal(LAYOUT_VERSION),
         "fence": fence,
-        "expires": {"$cond": [is_non_empty(holders), {"$max": each(holders, "expires")}, idle]},
+        "expires": {"$ifNull": [{"$max": each(holders, "expires")}, idle]},
         "holders": holders,
     }
 
 
-def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
+def _state_of(holders: Expr, fence: Expr, *, clock: bool) -> Expr:
+    """:func:`_state` of a computed list of holders, bound once as ``$$kept``."""
+    return _let({"kept": holders}, _state("$$kept", fence, clock=clock))
+
+
+def _entry(pending: bool, fence: Expr) -> Expr:
+    """A new entry of ours, tagged ``$$tag`` (bound per call, as a literal)."""
     return {
         "id": "$$id",
-        "tag": literal(tag),
+        "tag": "$$tag",
         "pending": pending,
         "fence": fence,
         "acquired": "$$now",
@@ -98,14 +136,14 @@ def _entry(tag: str, pending: bool, fence: Expr) -> Expr:
     }
 
 
-def _is_ours(entry: str, tag: Expr) -> Expr:
-    """True for our entry: our id *and* the tag the server stored for it.
+def _is_ours(entry: str) -> Expr:
+    """True for our entry: our id *and* the tag the server stored for it (``$$tag``).
 
     The id alone proves ownership, but a client can edit the tag of a lock it sends back;
     an entry whose stored tag differs is not the lock the caller describes, so it is
     neither continued nor extended under the other tag's rules or lifetime.
     """
-    return {"$and": [{"$eq": [f"{entry}.id", "$$id"]}, {"$eq": [f"{entry}.tag", tag]}]}
+    return {"$and": [{"$eq": [f"{entry}.id", "$$id"]}, {"$eq": [f"{entry}.tag", "$$tag"]}]}
 
 
 #: The lifetime of a renewal: the call's own (``$$ttl``), else the one the entry was taken
@@ -113,26 +151,24 @@ def _is_ours(entry: str, tag: Expr) -> Expr:
 _LIFE: Expr = {"$ifNull": ["$$ttl", {"$ifNull": ["$$h.ttl", "$$dttl"]}]}
 
 
-def _renew(tag: Expr, changes: Expr, *, granted_only: bool = False) -> Expr:
+def _renew(changes: Expr, *, granted_only: bool = False) -> Expr:
     """Map over ``$$live``: renew our own entry's expiry and merge ``changes`` into it.
 
     Keeps the order and keys of every entry. With ``granted_only``, a pending entry of ours
     is left as it is.
     """
-    ours: Expr = _is_ours("$$h", tag)
+    ours: Expr = _is_ours("$$h")
     if granted_only:
         ours = {"$and": [ours, {"$eq": ["$$h.pending", False]}]}
-    renewed = {
-        "$let": {
-            "vars": {"life": _LIFE},
-            "in": {
-                "$mergeObjects": [
-                    "$$h",
-                    {**changes, "expires": {"$add": ["$$now", "$$life"]}, "ttl": "$$life"},
-                ]
-            },
-        }
-    }
+    renewed = _let(
+        {"life": _LIFE},
+        {
+            "$mergeObjects": [
+                "$$h",
+                {**changes, "expires": {"$add": ["$$now", "$$life"]}, "ttl": "$$life"},
+            ]
+        },
+    )
     return {"$map": {"input": "$$live", "as": "h", "in": {"$cond": [ours, renewed, "$$h"]}}}
 
 
@@ -142,29 +178,28 @@ FENCE_LIMIT = 2**62
 
 #: A stored fence we can grow: missing or null (none granted yet), or a whole number of BSON
 #: type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities, decimals and doubles are not.
-_FENCE_OK: Expr = {
-    "$let": {
-        "vars": {"f": {"$ifNull": ["$$st.fence", 0]}},
-        "in": {
-            "$and": [
-                {"$in": [{"$type": "$$f"}, ["int", "long"]]},
-                {"$gte": ["$$f", 0]},
-                {"$lt": ["$$f", FENCE_LIMIT]},
-            ]
-        },
-    }
-}
+_FENCE_OK: Expr = _let(
+    {"f": {"$ifNull": ["$$st.fence", 0]}},
+    {
+        "$and": [
+            {"$in": [{"$type": "$$f"}, ["int", "long"]]},
+            {"$gte": ["$$f", 0]},
+            {"$lt": ["$$f", FENCE_LIMIT]},
+        ]
+    },
+)
 
 #: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
 #: object with our layout version whose holders, if any, are an array, and whose fence we
 #: can grow. Anything else is left exactly as it is. The projection evaluates the same
-#: expression, so the pipeline and the reader can never disagree about a field.
+#: expression, so the pipeline and the reader can never disagree about a field. (Only an
+#: object has a ``v`` equal to 1: an array's ``"$$st.v"`` is a list, or missing on the test
+#: server.)
 OURS: Expr = {
     "$or": [
         {"$eq": ["$$st", None]},
         {
             "$and": [
-                {"$eq": [{"$type": "$$st"}, "object"]},
                 {"$eq": ["$$st.v", LAYOUT_VERSION]},
                 {"$isArray": {"$ifNull": ["$$st.holders", []]}},
                 _FENCE_OK,
@@ -173,33 +208,37 @@ OURS: Expr = {
     ]
 }
 
+#: The stored entries, of a field that is ours (missing made empty).
+_STORED: Expr = {"$ifNull": ["$$st.holders", []]}
 
-def _with_live_state(field: str, decide: Expr) -> Expr:
-    """Bind ``$$live`` (unexpired holders) and ``$$fence0``, or keep a foreign field as it is."""
-    live = {
-        "$filter": {
-            "input": {"$ifNull": ["$$st.holders", []]},
-            "as": "h",
-            "cond": {"$gt": ["$$h.expires", "$$now"]},
-        }
-    }
+
+def _unexpired(also: Expr | None = None) -> Expr:
+    """The stored entries still live by the server's clock (and meeting ``also``): one pass."""
+    live: Expr = {"$gt": ["$$h.expires", "$$now"]}
     return {
-        "$let": {
-            "vars": {"st": field_or_null(field)},
-            "in": {
-                "$cond": [
-                    OURS,
-                    {
-                        "$let": {
-                            "vars": {"live": live, "fence0": {"$ifNull": ["$$st.fence", 0]}},
-                            "in": decide,
-                        }
-                    },
-                    "$$st",
-                ]
-            },
+        "$filter": {
+            "input": _STORED,
+            "as": "h",
+            "cond": live if also is None else {"$and": [live, also]},
         }
     }
+
+
+def _on_our_field(field: str, variables: dict[str, Expr], body: Expr) -> Expr:
+    """Bind ``$$st`` (the field), then ``$$fence0`` and ``variables`` for ``body``.
+
+    A field that is not ours (``OURS``) is kept exactly as it is.
+    """
+    bound = _let({"fence0": {"$ifNull": ["$$st.fence", 0]}, **variables}, body)
+    return _let({"st": field_or_null(field)}, {"$cond": [OURS, bound, "$$st"]})
+
+
+def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
+    """True when the list ``tags`` holds one of ``wanted`` (never true for none wanted)."""
+    if len(wanted) == 1:
+        (only,) = wanted
+        return {"$in": [literal(only), tags]}
+    return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
 
 
 def capped(rules: TagRules, tag: str) -> bool:
@@ -211,151 +250,185 @@ def capped(rules: TagRules, tag: str) -> bool:
     return rules.cooperative[tag] != rules.tags
 
 
-def acquire_body(
-    field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int, fair: bool = False
-) -> Expr:
-    """The decision for acquiring (or continuing) ``tag``, in the order the reader mirrors.
+def _grant(holders: Expr, clock: bool) -> Expr:
+    """A decision granting with the next fence; ``holders(fence)`` builds the new list."""
+    return _let({"granted": _next_fence(clock)}, {"h": holders, "f": "$$granted"})
 
-    Each branch yields only the new holders (``h``) and fence (``f``); the lock state is
-    assembled from them once, after the decision, which keeps the pipeline small. With
-    ``fair``, the branches are :func:`_fair_branches` (a place in line) instead.
+
+def _fresh_decision(rules: TagRules, tag: str, *, clock: bool, max_holders: int) -> Expr:
+    """The decision of a new lock id: no stored entry can be ours, except its own.
+
+    An entry with our id exists only when this very command runs again (a retry after a
+    lost reply, or the test server re-executing a retried write, ``docs/server.md``): then
+    it records nothing, as its first run already decided. A tag that refuses itself meets
+    its own entry in the cooperative check; any other tag looks for the id.
+    """
+    # The live tags, bound once when both checks read them.
+    both = bool(rules.cooperative[tag] and rules.assertive[tag])
+    tags = "$$tags" if both else each("$$live", "tag")
+    unchanged: list[Expr] = []
+    if tag not in rules.cooperative[tag]:
+        unchanged.append({"$in": ["$$id", each("$$live", "id")]})
+    if rules.cooperative[tag]:
+        # A cooperative tag is live: refuse, recording nothing.
+        unchanged.append(_tags_met(tags, rules.cooperative[tag]))
+    if capped(rules, tag):
+        # A new entry beyond ``max_holders`` is refused, recording nothing: the field (and
+        # the user's document with it) must not grow until it hits MongoDB's 16 MiB limit.
+        unchanged.append({"$gte": [{"$size": "$$live"}, max_holders]})
+    branches: list[tuple[Expr, Expr]] = []
+    if unchanged:
+        branches.append((_any(unchanged), {"h": "$$live", "f": "$$fence0"}))
+    if rules.assertive[tag]:
+        # An assertive tag is live (held or pending): register as pending.
+        wait = {"$concatArrays": ["$$live", [_entry(True, 0)]]}
+        branches.append((_tags_met(tags, rules.assertive[tag]), {"h": wait, "f": "$$fence0"}))
+    # Nothing in the way: grant, with the next fence.
+    grant = _grant({"$concatArrays": ["$$live", [_entry(False, "$$granted")]]}, clock)
+    decision = _first(branches, grant)
+    return _let({"tags": each("$$live", "tag")}, decision) if both else decision
+
+
+def _continued_decision(
+    rules: TagRules, tag: str, *, clock: bool, max_holders: int, fair: bool = False
+) -> Expr:
+    """The decision for a pending lock continued by its id (``$$create`` false), or created.
+
+    ``others`` (every entry but ours) is computed only by the refusal that keeps it.
+
+    With ``fair`` (hand-off in arrival order), a refusal becomes a pending entry that holds
+    a place in line. Entries keep their order in ``holders`` (new ones are appended,
+    renewals map in place), so the array is the line. What stands in our way (``$$btags``)
+    is every granted entry, and every pending one *ahead* of ours: a newcomer is behind
+    them all, so it cannot pass anyone who queued before it; a waiter is granted once
+    nothing before it conflicts. A waiting entry is an ordinary pending entry, renewed by
+    each attempt and pruned at its expiry like any other, so a dead waiter holds up the
+    line for one lifetime at most.
     """
     unchanged = {"h": "$$live", "f": "$$fence0"}
-    stored_tag = literal(tag)
     wait = {
         "h": {
             "$cond": [
                 "$$has_mine",
-                _renew(stored_tag, {}),
-                {"$concatArrays": ["$$live", [_entry(tag, True, 0)]]},
+                _renew({}),
+                {"$concatArrays": ["$$live", [_entry(True, 0)]]},
             ]
         },
         "f": "$$fence0",
     }
-    grant = {
-        "$let": {
-            "vars": {"granted": _next_fence(clock)},
-            "in": {
-                "h": {
-                    "$cond": [
-                        "$$has_mine",
-                        _renew(
-                            stored_tag,
-                            {"pending": False, "fence": "$$granted", "acquired": "$$now"},
-                        ),
-                        {"$concatArrays": ["$$live", [_entry(tag, False, "$$granted")]]},
-                    ]
-                },
-                "f": "$$granted",
-            },
-        }
-    }
-    # A new entry beyond ``max_holders`` is refused, recording nothing: the field (and the
-    # user's document with it) must not grow until it hits MongoDB's 16 MiB limit.
-    full = {"$and": [{"$not": ["$$has_mine"]}, {"$gte": [{"$size": "$$live"}, max_holders]}]}
-    branches = [
-        # Already held (a continued lock that was granted meanwhile): unchanged.
-        {"case": "$$held", "then": unchanged},
-        # A cooperative tag is live: refuse, dropping our pending entry if we had one.
+    grant = _grant(
         {
-            "case": _meets("$$otags", rules.cooperative[tag]),
-            "then": {"h": "$$others", "f": "$$fence0"},
+            "$cond": [
+                "$$has_mine",
+                _renew({"pending": False, "fence": "$$granted", "acquired": "$$now"}),
+                {"$concatArrays": ["$$live", [_entry(False, "$$granted")]]},
+            ]
         },
-        # Continuing a lock that is gone (or whose stored tag is another): record nothing.
-        {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
+        clock,
+    )
+    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$not": [_is_ours("$$h")]}}}
+    full = {"$and": [{"$not": ["$$has_mine"]}, {"$gte": [{"$size": "$$live"}, max_holders]}]}
+    # Already held (a continued lock that was granted meanwhile): unchanged.
+    branches: list[tuple[Expr, Expr]] = [("$$held", unchanged)]
+    if rules.cooperative[tag] and not fair:
+        # A cooperative tag is live: refuse, dropping our pending entry if we had one.
+        met = _tags_met("$$otags", rules.cooperative[tag])
+        branches.append((met, {"h": others, "f": "$$fence0"}))
+    # Continuing a lock that is gone (or whose stored tag is another): record nothing.
+    gone = {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}
+    branches.append((gone, unchanged))
+    if capped(rules, tag):
         # As many entries as allowed: record nothing.
-        {"case": full if capped(rules, tag) else False, "then": unchanged},
+        branches.append((full, unchanged))
+    in_line = rules.cooperative[tag] | rules.assertive[tag]
+    if fair and in_line:
+        # A tag in the way, granted or ahead of us in line: take, or keep, a place.
+        branches.append((_tags_met("$$btags", in_line), wait))
+    elif rules.assertive[tag]:
         # An assertive tag is live (held or pending): register, or renew, as pending.
-        {"case": _meets("$$otags", rules.assertive[tag]), "then": wait},
-    ]
-    if fair:
-        branches = _fair_branches(rules, tag, unchanged, wait, full)
-    # A tag with no cooperative or assertive partner has a constant-false case: leave the
-    # branch out, so the server evaluates (and parses) less.
-    branches = [branch for branch in branches if branch["case"] is not False]
-    ours = _is_ours("$$h", stored_tag)
-    others = {"$filter": {"input": "$$live", "as": "h", "cond": {"$not": [ours]}}}
-    mine = {"$filter": {"input": "$$live", "as": "h", "cond": ours}}
-    decide = {
-        "$let": {
-            "vars": {"others": others, "mine": mine},
-            "in": {
-                "$let": {
-                    "vars": {
-                        "otags": each("$$others", "tag"),
-                        "has_mine": is_non_empty("$$mine"),
-                        "held": {"$in": [False, each("$$mine", "pending")]},
-                    },
-                    # Nothing in the way: grant, with the next fence.
-                    "in": _in_line({"$switch": {"branches": branches, "default": grant}}, fair),
-                }
-            },
-        }
+        branches.append((_tags_met("$$otags", rules.assertive[tag]), wait))
+    mine = {"$filter": {"input": "$$live", "as": "h", "cond": _is_ours("$$h")}}
+    # The other entries' tags, ours made null (in one pass).
+    otags = {
+        "$map": {"input": "$$live", "as": "h", "in": {"$cond": [_is_ours("$$h"), None, "$$h.tag"]}}
     }
-    outcome = {"$let": {"vars": {"r": decide}, "in": _state("$$r.h", "$$r.f", clock=clock)}}
-    return _with_live_state(field, outcome)
+    decision = _first(branches, grant)
+    if fair:
+        decision = _let({"btags": _tags_in_the_way()}, decision)
+    return _let(
+        {"mine": mine, "otags": otags},
+        _let(
+            {
+                "has_mine": is_non_empty("$$mine"),
+                "held": {"$in": [False, each("$$mine", "pending")]},
+            },
+            decision,
+        ),
+    )
 
 
-def _fair_branches(
-    rules: TagRules, tag: str, unchanged: Expr, wait: Expr, full: Expr
-) -> list[dict[str, Any]]:
-    """Fair hand-off: a refusal becomes a pending entry that holds a place in line.
-
-    Entries keep their order in ``holders`` (new ones are appended, renewals map in
-    place), so the array is the line. What stands in our way (``$$btags``) is every
-    granted entry, and every pending one *ahead* of ours: a newcomer is behind them all, so
-    it cannot pass anyone who queued before it; a waiter is granted once nothing before it
-    conflicts. A waiting entry is an ordinary pending entry, renewed by each attempt and
-    pruned at its expiry like any other, so a dead waiter holds up the line for one
-    lifetime at most.
-    """
-    return [
-        {"case": "$$held", "then": unchanged},
-        {"case": {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}, "then": unchanged},
-        {"case": full if capped(rules, tag) else False, "then": unchanged},
-        {"case": _meets("$$btags", rules.cooperative[tag] | rules.assertive[tag]), "then": wait},
-    ]
-
-
-def _in_line(decision: Expr, fair: bool) -> Expr:
-    """Bind ``$$btags`` for :func:`_fair_branches`: tags granted, or pending ahead of ours."""
-    if not fair:
-        return decision
+def _tags_in_the_way() -> Expr:
+    """The tags of the entries before ours in line: every granted one, and pending ones ahead."""
     ids = each("$$live", "id")
     place = {"$cond": ["$$has_mine", {"$indexOfArray": [ids, "$$id"]}, {"$size": "$$live"}]}
+    ahead = {
+        "$or": [
+            {"$eq": ["$$h.pending", False]},
+            {"$lt": [{"$indexOfArray": [ids, "$$h.id"]}, place]},
+        ]
+    }
     in_way = {
         "$filter": {
-            "input": "$$others",
+            "input": "$$live",
             "as": "h",
-            "cond": {
-                "$or": [
-                    {"$eq": ["$$h.pending", False]},
-                    {"$lt": [{"$indexOfArray": [ids, "$$h.id"]}, place]},
-                ]
-            },
+            "cond": {"$and": [{"$not": [_is_ours("$$h")]}, ahead]},
         }
     }
-    return {"$let": {"vars": {"btags": each(in_way, "tag")}, "in": decision}}
+    return each(in_way, "tag")
 
 
-def _meets(tags: Expr, wanted: frozenset[str]) -> Expr:
-    if not wanted:
-        return False
-    return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
+def acquire_body(
+    field: str,
+    rules: TagRules,
+    tag: str,
+    *,
+    clock: bool,
+    max_holders: int,
+    fresh: bool,
+    fair: bool = False,
+) -> Expr:
+    """The decision for acquiring ``tag``, in the order the reader mirrors.
+
+    ``fresh``: for a new lock id, leaving out what only a continued lock can reach; else
+    for continuing a pending lock (``$$create`` false) or creating one. ``fair`` (only
+    with ``fresh`` false, as a fresh fair waiter also takes a place in line) waits in
+    arrival order (:func:`_continued_decision`). Each branch yields only the new holders
+    (``h``) and fence (``f``); the lock state is assembled from them once, after the
+    decision, which keeps the pipeline small.
+    """
+    if fresh and not fair:
+        decide = _fresh_decision(rules, tag, clock=clock, max_holders=max_holders)
+    else:
+        decide = _continued_decision(rules, tag, clock=clock, max_holders=max_holders, fair=fair)
+    outcome = _let({"r": decide}, _state("$$r.h", "$$r.f", clock=clock))
+    return _on_our_field(field, {"live": _unexpired()}, outcome)
 
 
 def release_body(field: str, *, clock: bool) -> Expr:
-    # Drops our entry whether live or expired: an expired lock nobody displaced is still
-    # ours to remove quietly (a displacing write would already have pruned it).
-    keep = {"$filter": {"input": "$$live", "as": "h", "cond": {"$ne": ["$$h.id", "$$id"]}}}
-    return _with_live_state(field, _state(keep, "$$fence0", clock=clock))
+    """Keep every live entry but ours: one pass over the stored entries.
+
+    Drops our entry whether live or expired: an expired lock nobody displaced is still
+    ours to remove quietly (a displacing write would already have pruned it).
+    """
+    kept = _unexpired({"$ne": ["$$h.id", "$$id"]})
+    return _on_our_field(field, {"kept": kept}, _state("$$kept", "$$fence0", clock=clock))
 
 
 def extend_body(field: str, *, clock: bool) -> Expr:
     # Only a live, granted entry of the stored tag is renewed; an expired one was just
     # pruned with the rest.
-    renewed = _renew("$$tag", {}, granted_only=True)
-    return _with_live_state(field, _state(renewed, "$$fence0", clock=clock))
+    renewed = _state_of(_renew({}, granted_only=True), "$$fence0", clock=clock)
+    return _on_our_field(field, {"live": _unexpired()}, renewed)
 
 
 #: Which entries ``break_lock`` removes, per mode, as a condition on entry ``$$h``. Expired
@@ -380,35 +453,22 @@ def break_body(field: str, mode: str, *, clock: bool) -> Expr:
     as it was (a missing one stays missing).
     """
     gone = BREAK_MODES[mode]
-    every: Expr = {"$ifNull": ["$$st.holders", []]}
-    removed = {"$filter": {"input": every, "as": "h", "cond": gone}}
-    kept = {"$filter": {"input": every, "as": "h", "cond": {"$not": [gone]}}}
+    removed = {"$filter": {"input": _STORED, "as": "h", "cond": gone}}
+    kept = {"$filter": {"input": _STORED, "as": "h", "cond": {"$not": [gone]}}}
     record = {"broken": {"token": "$$token", "at": "$$now", "removed": "$$removed"}}
     cleared = {"$mergeObjects": [_state("$$kept", "$$fence0", clock=clock), record]}
     unchanged = f"${field}"
-    return {
-        "$let": {
-            "vars": {"st": field_or_null(field)},
-            "in": {
-                "$cond": [
-                    OURS,
-                    {
-                        "$let": {
-                            "vars": {
-                                "removed": removed,
-                                "kept": kept,
-                                "fence0": {"$ifNull": ["$$st.fence", 0]},
-                            },
-                            "in": {"$cond": [is_non_empty("$$removed"), cleared, unchanged]},
-                        }
-                    },
-                    unchanged,
-                ]
-            },
-        }
-    }
+    decide = {"$cond": [is_non_empty("$$removed"), cleared, unchanged]}
+    fence0 = {"$ifNull": ["$$st.fence", 0]}
+    bound = _let({"removed": removed, "kept": kept, "fence0": fence0}, decide)
+    return _let({"st": field_or_null(field)}, {"$cond": [OURS, bound, unchanged]})
 
 
 def update_stages(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The one ``$set`` stage of ``field``: ``body`` under the per-call ``bindings``.
+
+    ``body`` may be pre-encoded (a ``RawBSONDocument``): only the bindings are encoded
+    per call.
+    """
     variables = {"now": SERVER_NOW, **bindings}
     return [{"$set": {field: {"$let": {"vars": variables, "in": body}}}}]

@@ -7,7 +7,7 @@ only sends what they yield and hands back results or the exceptions pymongo rais
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -39,14 +39,13 @@ __all__ = ["AsyncMongoIO", "run"]
 T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def _deadline(seconds: float | None) -> Iterator[None]:
-    """Bound every operation inside by pymongo's client-side operation timeout."""
-    if seconds is None:
-        yield
-        return
-    with pymongo.timeout(seconds):
-        yield
+def _deadline(seconds: float | None) -> contextlib.AbstractContextManager[None]:
+    """Bound every operation inside by pymongo's client-side operation timeout.
+
+    A plain function returning pymongo's own context manager (no generator-based one on
+    the per-command path); nothing at all without a bound.
+    """
+    return contextlib.nullcontext() if seconds is None else pymongo.timeout(seconds)
 
 
 class AsyncMongoIO:

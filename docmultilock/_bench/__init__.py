@@ -9,9 +9,10 @@ server, and reports docmultilock's figure, the floor's and their ratio::
 
 Modules: ``_floor`` (the floor), ``_bed`` (clients and twin collections), ``_measure``
 (alternating timing loops), ``_commands`` (scenario 1), ``_single`` (2, 3, 6, 7, 8),
-``_contended`` and ``_worker`` (4, 5, 8), ``_capacity`` (9: keep-alive capacity),
-``_flavours`` (10: async beside sync), ``_handoff`` (11 to 13: waiting), ``_report``
-(rows, table, JSON, live line), ``_run`` (which measurement gives which scenario, one server each).
+``_shape`` (each command's size, counted without a server, for 2 and 6), ``_contended``
+and ``_worker`` (4, 5, 8), ``_capacity`` (9: keep-alive capacity), ``_flavours`` (10:
+async beside sync), ``_handoff`` (11 to 13: waiting), ``_report`` (rows, table, JSON, live
+line), ``_run`` (which measurement gives which scenario, one server each).
 """
 
 from docmultilock._bench._report import Progress, Report, Row, render_json, render_table

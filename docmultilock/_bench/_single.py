@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from docmultilock import MultiLock, WriteLock
+from docmultilock._bench import _shape
 from docmultilock._bench._bed import Bed, Context, Outcome, bed, connect, payload
 from docmultilock._bench._commands import CommandCounter
 from docmultilock._bench._floor import FloorLock
@@ -120,6 +121,8 @@ def uncontended(context: Context) -> Outcome:
             (mine.acquire, floor.acquire),
             (mine.release, floor.release),
         ),
+        # What the server parses per operation bounds scenario 2 (counted, not timed).
+        *_shape.rows(2),
     ]
     return Outcome(rows, collections)
 
@@ -185,6 +188,13 @@ def readers(context: Context) -> Outcome:
             )
         collections = twins.sizes()
     most, least = READERS[-1], READERS[0]
+    # The passes over the holders, counted: array operators in a read cycle's commands.
+    ours, floor_shapes = _shape.shapes()
+    cycle = ("acquire", "release")
+    passes = (
+        sum(ours["MultiLock", op].array_operators for op in cycle),
+        sum(floor_shapes[op].array_operators for op in cycle),
+    )
     rows.append(
         Row.make(
             6,
@@ -193,6 +203,10 @@ def readers(context: Context) -> Outcome:
             cost[most]["docmultilock"] / cost[least]["docmultilock"],
             cost[most]["floor"] / cost[least]["floor"],
             Bound("<=", 3.0, of="docmultilock"),
+            detail=(
+                f"{passes[0]} and {passes[1]} array operators per cycle (every branch: "
+                "at most that many passes over the holders)"
+            ),
         )
     )
     return Outcome(rows, collections)
