@@ -10,13 +10,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 from pymongo.write_concern import WriteConcern
+
+from docmultilock._lock import as_utc
 
 __all__ = ["SCRATCH", "Check", "render", "run_checks"]
 
@@ -102,9 +103,7 @@ def _clock(client: Client) -> Check:
     before = time.time()
     hello = client.admin.command("hello")
     after = time.time()
-    server: datetime = hello["localTime"]
-    if server.tzinfo is None:
-        server = server.replace(tzinfo=timezone.utc)
+    server = as_utc(hello["localTime"])
     offset = server.timestamp() - (before + after) / 2
     detail = (
         f"server is {offset:+.3f} s from this client; expiry is judged by the server's "
