@@ -8,14 +8,16 @@ own exit status:
 ====  =================================================================================
 code  meaning
 ====  =================================================================================
-0     done (``doctor``: every check ok)
+0     done (``doctor``: no check warned, but for advisory ones)
 1     the command failed (a lock field docmultilock does not own, a database error;
-      ``doctor``: a check warned)
-2     usage error (missing or contradictory options, an empty filter, a bad name)
+      ``doctor``: a check that is not advisory warned)
+2     usage error (missing or contradictory options, an empty filter, a bad name, a
+      ``--filter`` that ``break`` finds matching more than one document, a malformed
+      ``--lock-id``)
 3     bad ``--uri``
-4     the server did not answer within ``--timeout``
+4     the server did not answer within ``--timeout`` (at connection, or any command)
 5     ``--filter`` is not a JSON (Extended JSON) object
-6     no document matches ``--filter``
+6     no document matches ``--filter``; ``break --lock-id``: no entry has that id
 7     ``break`` was not confirmed (declined, or no terminal to ask on and no ``--yes``):
       nothing was written
 130   interrupted (Ctrl-C; how ``inspect --watch`` ends)
@@ -36,15 +38,16 @@ from typing import Any
 from bson import json_util
 from bson.errors import BSONError
 from pymongo import MongoClient
-from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
+from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, PyMongoError
 
 from docmultilock import _doctor
-from docmultilock._inspection import doomed
+from docmultilock._args import document_target
+from docmultilock._cli_args import hosts, seconds
+from docmultilock._lock import LOCK_ID_PATTERN
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.managers import LockManager, MultiLock
 from docmultilock._sync.named import NamedLocks
-from docmultilock.cli import hosts
-from docmultilock.errors import InvalidArgument, LockError, ResourceNotFound
+from docmultilock.errors import DbTimeout, InvalidArgument, LockError, ResourceNotFound
 from docmultilock.testing import URI_VARIABLE
 
 __all__ = ["EXIT", "add_commands"]
@@ -71,16 +74,6 @@ class CliError(Exception):
     def __init__(self, message: str, status: str) -> None:
         super().__init__(message)
         self.status = EXIT[status]
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
-    if not 0 < value <= 3600:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, not {text}")
-    return value
 
 
 # -- connecting ----------------------------------------------------------------------------
@@ -146,6 +139,8 @@ def _target(
 
 
 def _state(holder: HolderSnapshot) -> str:
+    if holder.malformed:
+        return "MALFORMED"
     if holder.expired:
         return "EXPIRED"
     return "pending" if holder.pending else "held"
@@ -210,42 +205,88 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _confirmed(count: int) -> bool:
-    """Ask on the terminal; no terminal (a pipe, cron) is a refusal."""
+    """Ask on the terminal; no terminal (a pipe, cron) or end of input is a refusal."""
     if not sys.stdin.isatty():
         print("no terminal to confirm on: pass --yes to break without asking", file=sys.stderr)
         return False
-    answer = input(f"remove {count} entr{'y' if count == 1 else 'ies'}? [y/N] ")
+    try:
+        answer = input(f"remove {count} entr{'y' if count == 1 else 'ies'}? [y/N] ")
+    except EOFError:  # Ctrl-D
+        print(file=sys.stderr)
+        return False
     return answer.strip().lower() in ("y", "yes")
 
 
+def _only_match(locks: LockManager, key: Any) -> None:
+    """Refuse a ``--filter`` matching several documents: ``break`` acts on one it showed."""
+    try:
+        matched = list(locks.collection.find(key, {"_id": 1}).limit(2))
+    except PyMongoError as exc:
+        raise CliError(f"cannot count the documents --filter matches: {exc}", "failed") from exc
+    if len(matched) > 1:
+        raise CliError(
+            "--filter matches more than one document; name one (by _id) to break it", "usage"
+        )
+
+
+def _ids(holders: Sequence[HolderSnapshot]) -> set[str]:
+    return {holder.id for holder in holders}
+
+
 def _break(args: argparse.Namespace) -> int:
-    mode = "lock_id" if args.lock_id else "all_expired" if args.all_expired else "everyone"
+    if args.lock_id is not None and not LOCK_ID_PATTERN.match(args.lock_id):
+        raise CliError(f"--lock-id must be 32 lowercase hex digits, not {args.lock_id!r}", "usage")
     with _connect(args) as client:
         locks, key = _target(client, args)
-        snapshot = locks.inspect(key)
-        planned = doomed(snapshot, mode, args.lock_id)
+        snapshot, planned = locks.preview_break(
+            key, lock_id=args.lock_id, all_expired=args.all_expired, everyone=args.everyone
+        )
+        where = f"{_where(locks, args)} {snapshot.document_id!r}"
+        if args.name is None:
+            _only_match(locks, key)
+            # Break exactly the document shown, whatever else matches by the time it runs.
+            key = document_target(key, snapshot.document_id)
+        if args.lock_id is not None and args.lock_id not in _ids(snapshot.holders):
+            raise CliError(f"no entry {args.lock_id} on {where}: nothing was written", "not_found")
         if not planned:
             print("nothing to remove", file=sys.stderr)
             if args.json:
                 print(json.dumps({"removed": []}))
             return EXIT["ok"]
-        print(f"will remove from {_where(locks, args)} {snapshot.document_id!r}:", file=sys.stderr)
+        print(f"will remove from {where}:", file=sys.stderr)
         print("\n".join(render_holders(planned)), file=sys.stderr)
         if not args.yes and not _confirmed(len(planned)):
             print("not confirmed: nothing was written", file=sys.stderr)
             return EXIT["not_confirmed"]
         removed = locks.break_lock(
-            key,
-            lock_id=args.lock_id,
-            all_expired=mode == "all_expired",
-            everyone=mode == "everyone",
+            key, lock_id=args.lock_id, all_expired=args.all_expired, everyone=args.everyone
         )
+        _differences(planned, removed)
         if args.json:
             print(json.dumps({"removed": [holder.as_json() for holder in removed]}))
         else:
             print(f"removed {len(removed)}; the fence is kept")
             print("\n".join(render_holders(removed)))
     return EXIT["ok"]
+
+
+def _differences(planned: Sequence[HolderSnapshot], removed: Sequence[HolderSnapshot]) -> None:
+    """Say on stderr how what was removed differs from the preview (the lock moved on)."""
+    extra = [holder for holder in removed if holder.id not in _ids(planned)]
+    if extra:
+        print(
+            f"note: {len(extra)} entr{'y' if len(extra) == 1 else 'ies'} appeared after the "
+            f"preview and {'was' if len(extra) == 1 else 'were'} removed too: "
+            + ", ".join(holder.id for holder in extra),
+            file=sys.stderr,
+        )
+    gone = sorted(_ids(planned) - _ids(removed))
+    if gone:
+        print(
+            f"note: {len(gone)} previewed entr{'y' if len(gone) == 1 else 'ies'} had already "
+            "gone (released or pruned): " + ", ".join(gone),
+            file=sys.stderr,
+        )
 
 
 def _ensure_indexes(args: argparse.Namespace) -> int:
@@ -265,7 +306,7 @@ def _doctor_command(args: argparse.Namespace) -> int:
         print(json.dumps([check.as_json() for check in checks]))
     else:
         sys.stdout.write(_doctor.render(checks))
-    return EXIT["ok"] if all(check.ok for check in checks) else EXIT["failed"]
+    return EXIT["ok"] if _doctor.passed(checks) else EXIT["failed"]
 
 
 def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -278,8 +319,12 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         message, status = str(err), EXIT["not_found"]
     except InvalidArgument as err:
         message, status = str(err), EXIT["usage"]
+    except InvalidName as err:  # --db or --collection, refused by pymongo
+        message, status = f"bad database or collection name: {err}", EXIT["usage"]
     except LockError as err:
-        unreachable = isinstance(err.__cause__, ConnectionFailure)
+        # A command that ran out of --timeout is "did not answer within --timeout", like a
+        # server that cannot be reached at all.
+        unreachable = isinstance(err, DbTimeout) or isinstance(err.__cause__, ConnectionFailure)
         message, status = str(err), EXIT["unreachable" if unreachable else "failed"]
     print(f"docmultilock {args.command}: {message}", file=sys.stderr)
     return status
@@ -298,7 +343,7 @@ def _common(parser: argparse.ArgumentParser, *, db: str | None = None) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=seconds,
         default=10.0,
         metavar="S",
         help="seconds to wait for the server and for each command (default 10)",
@@ -345,7 +390,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     _common(inspect)
     _target_options(inspect)
     inspect.add_argument(
-        "--watch", type=_positive_seconds, metavar="S", help="refresh every S seconds (Ctrl-C ends)"
+        "--watch", type=seconds, metavar="S", help="refresh every S seconds (Ctrl-C ends)"
     )
 
     breaking = _register(
@@ -385,7 +430,8 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         help="check what a server gives docmultilock",
         description="Check the server's version, topology, majority writes, change streams, "
         f"clock offset and round-trip time; one ok/warn line each. Writes and deletes one "
-        f"document in DB.{_doctor.SCRATCH}. Exits 1 when a check warns.",
+        f"document in DB.{_doctor.SCRATCH}. Exits 1 when a check warns, except an advisory "
+        "one (change streams: without them waiters poll).",
     )
     _common(doctor, db="docmultilock")
     doctor.add_argument(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from bson import encode
@@ -26,7 +25,7 @@ from bson.raw_bson import RawBSONDocument
 
 from docmultilock._args import check_filter, check_name
 from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, literal
-from docmultilock._lock import Lock
+from docmultilock._lock import Lock, as_utc
 from docmultilock._pipeline import (
     FENCES_PER_MS,
     LAYOUT_VERSION,
@@ -126,12 +125,6 @@ def encoded(expression: Mapping[str, Any]) -> RawBSONDocument:
     return RawBSONDocument(encode(expression))
 
 
-def _to_utc(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
-
-
 @dataclass(frozen=True, slots=True)
 class _Reply:
     """What the projection returned, checked against the layout."""
@@ -196,13 +189,28 @@ class LockCore:
     def _is_mine(lock_id: str) -> Expr:
         return {"$eq": ["$$this.id", literal(lock_id)]}
 
-    def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
-        projection: dict[str, Any] = {
+    @property
+    def holders(self) -> Expr:
+        """The stored entries as an array (empty for a missing or foreign field)."""
+        return self._holders
+
+    def projection(self, **extra: Any) -> dict[str, Any]:
+        """The projection :meth:`read_reply` checks, plus the ``extra`` fields one reads.
+
+        :meth:`read_reply` reads ``_id``, whether the field is ours, and what it holds
+        otherwise; every command on the field projects them through here.
+        """
+        return {
             "_id": 1,
             "ours": self._ours,
             **self._layout,
-            "mine": {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}},
+            **extra,
         }
+
+    def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
+        projection = self.projection(
+            mine={"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}}
+        )
         if with_tags:
             projection["tags"] = self._acquire_tags
         return projection
@@ -376,11 +384,8 @@ class LockCore:
         that is a loss, never :class:`ResourceNotFound`.
         """
         if reply is None:
-            if self.home.on_demand and lock is not None:
-                raise self.lost(lock, user_filter, doing)
-            raise ResourceNotFound(
-                f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
-            )
+            self.absent(user_filter, lock, doing)
+            raise self.not_found(user_filter)  # a name nobody holds, where one was needed
         if not reply.get("ours"):
             raise IncompatibleLockField(
                 f"field {self.field!r} of document {reply.get('_id')!r} holds data "
@@ -393,14 +398,33 @@ class LockCore:
         mine = reply.get("mine") or []
         return _Reply(reply["_id"], mine[0] if mine else None, frozenset(reply.get("tags") or ()))
 
+    def absent(self, user_filter: Filter, lock: Lock | None = None, doing: str = "") -> None:
+        """Judge a reply of no document; return when it means nobody holds the key.
+
+        A named lock's document exists only while someone holds the name, so its absence
+        is an empty lock (and a loss of ``lock``, if one was held on it); a user's document
+        that is missing is :class:`ResourceNotFound`.
+        """
+        if not self.home.on_demand:
+            raise self.not_found(user_filter)
+        if lock is not None:
+            raise self.lost(lock, user_filter, doing)
+
+    @staticmethod
+    def not_found(user_filter: Filter) -> ResourceNotFound:
+        """The error for a filter no document matches."""
+        return ResourceNotFound(
+            f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
+        )
+
     def to_lock(self, entry: Mapping[str, Any], document_id: Any) -> Lock:
         """Turn our stored entry into a :class:`Lock`."""
         return Lock(
             id=entry["id"],
             tag=entry["tag"],
             document_id=document_id,
-            acquired_at=_to_utc(entry["acquired"]),
-            expires_at=_to_utc(entry["expires"]),
+            acquired_at=as_utc(entry["acquired"]),
+            expires_at=as_utc(entry["expires"]),
             fence=int(entry["fence"]),
             pending=bool(entry["pending"]),
         )

@@ -3,6 +3,10 @@
 Each check is a function of a connected client that returns a :class:`Check`; none raises
 (a failure is a warning that says why). The majority-write and change-stream checks write
 and delete one document in a scratch collection.
+
+A warning of a check docmultilock relies on fails the run (:func:`passed`; ``doctor``
+exits 1). An *advisory* one does not: it names something docmultilock works without,
+less well (no change streams: waiters poll instead of waking at once).
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from pymongo import MongoClient
@@ -18,7 +21,9 @@ from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 from pymongo.write_concern import WriteConcern
 
-__all__ = ["SCRATCH", "Check", "render", "run_checks"]
+from docmultilock._lock import as_utc
+
+__all__ = ["SCRATCH", "Check", "passed", "render", "run_checks"]
 
 #: The scratch collection the write checks use, in the ``--db`` database.
 SCRATCH = "docmultilock.doctor"
@@ -34,15 +39,29 @@ Client = MongoClient[dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One line of the report: what was checked, whether it is fine, and why."""
+    """One line of the report: what was checked, whether it is fine, and why.
+
+    An ``advisory`` check's warning does not fail the run.
+    """
 
     name: str
     ok: bool
     detail: str
+    advisory: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """JSON-safe data for ``--json``."""
-        return {"check": self.name, "status": "ok" if self.ok else "warn", "detail": self.detail}
+        return {
+            "check": self.name,
+            "status": "ok" if self.ok else "warn",
+            "detail": self.detail,
+            "advisory": self.advisory,
+        }
+
+
+def passed(checks: list[Check]) -> bool:
+    """True unless a check that is not advisory warned."""
+    return all(check.ok or check.advisory for check in checks)
 
 
 def _version(client: Client) -> Check:
@@ -93,18 +112,21 @@ def _change_streams(scratch: Collection[dict[str, Any]]) -> Check:
             stream.try_next()
     except PyMongoError as exc:
         return Check(
-            "change streams", False, f"unavailable ({exc}); needs a replica set or sharding"
+            "change streams",
+            False,
+            f"unavailable ({exc}): waiters fall back to polling, so one waiting for a lock "
+            "notices its release after its backoff pause rather than at once; a replica set "
+            "or sharded cluster has them",
+            advisory=True,
         )
-    return Check("change streams", True, "available")
+    return Check("change streams", True, "available: a waiter wakes as soon as a lock is released")
 
 
 def _clock(client: Client) -> Check:
     before = time.time()
     hello = client.admin.command("hello")
     after = time.time()
-    server: datetime = hello["localTime"]
-    if server.tzinfo is None:
-        server = server.replace(tzinfo=timezone.utc)
+    server = as_utc(hello["localTime"])
     offset = server.timestamp() - (before + after) / 2
     detail = (
         f"server is {offset:+.3f} s from this client; expiry is judged by the server's "
@@ -143,6 +165,7 @@ def render(checks: list[Check]) -> str:
     """One ``ok``/``warn`` line per check."""
     width = max(len(check.name) for check in checks)
     return "".join(
-        f"{'ok' if check.ok else 'warn':<5} {check.name:<{width}}  {check.detail}\n"
+        f"{'ok' if check.ok else 'warn':<5} {check.name:<{width}}  {check.detail}"
+        f"{' (advisory)' if not check.ok and check.advisory else ''}\n"
         for check in checks
     )

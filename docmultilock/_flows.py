@@ -49,6 +49,7 @@ __all__ = [
     "Unwatch",
     "WaitChange",
     "Watch",
+    "aggregate",
     "retry_pause",
     "send",
 ]
@@ -233,21 +234,77 @@ def send(
         except PyMongoError as exc:
             if sent is not None:
                 sent.unsure = True
-            pause = retry_pause(attempt)
+            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, command.filter, on_retry)
             attempt += 1
-            if (
-                not is_transient(exc)
-                or attempt >= ATTEMPTS
-                or (give_up is not None and clock.monotonic() + pause >= give_up)
-            ):
-                raise translate(exc, doing, command.filter) from exc
-            if on_retry is None:
-                log.debug("%s: retrying after %r", doing, exc)
-            else:
-                on_retry(exc)  # logs it too
             yield Sleep(pause)
-        except (InvalidDocument, OverflowError, UnicodeEncodeError) as exc:
-            # Encoding fails before anything is sent: the caller's filter holds a value
-            # BSON cannot carry (an int beyond 64 bits, an arbitrary object, a lone
-            # surrogate in a string).
-            raise InvalidArgument(f"filter cannot be sent to MongoDB: {exc}") from exc
+        except UNENCODABLE as exc:
+            raise unencodable(exc) from exc
+
+
+#: What encoding raises before anything is sent: the caller's filter holds a value BSON
+#: cannot carry (an int beyond 64 bits, an arbitrary object, a lone surrogate in a string).
+UNENCODABLE = (InvalidDocument, OverflowError, UnicodeEncodeError)
+
+
+def unencodable(exc: Exception) -> InvalidArgument:
+    """The error for a filter that encoding refused (raise it ``from exc``)."""
+    return InvalidArgument(f"filter cannot be sent to MongoDB: {exc}")
+
+
+def _retry_or_raise(
+    exc: PyMongoError,
+    attempt: int,
+    give_up: float | None,
+    clock: Clock,
+    doing: str,
+    filter: Mapping[str, Any] | None,  # noqa: A002
+    on_retry: Callable[[PyMongoError], object] | None,
+) -> float:
+    """The pause before retrying ``exc`` (failed attempt ``attempt``, from 0), once told.
+
+    Raises the translated error instead when ``exc`` is not transient, the attempts are
+    used up, or the pause would pass the deadline ``give_up``. The one retry decision of
+    every flow that sends (:func:`send`, :func:`aggregate`).
+    """
+    pause = retry_pause(attempt)
+    if (
+        not is_transient(exc)
+        or attempt + 1 >= ATTEMPTS
+        or (give_up is not None and clock.monotonic() + pause >= give_up)
+    ):
+        raise translate(exc, doing, filter) from exc
+    if on_retry is None:
+        log.debug("%s: retrying after %r", doing, exc)
+    else:
+        on_retry(exc)  # logs it too
+    return pause
+
+
+def aggregate(
+    pipeline: list[dict[str, Any]],
+    *,
+    doing: str,
+    filter: Mapping[str, Any],  # noqa: A002
+    limit: float | None,
+    clock: Clock,
+    on_retry: Callable[[PyMongoError], object] | None = None,
+) -> Flow[list[Mapping[str, Any]]]:
+    """Run one read-only aggregation and return its documents, as :func:`send` sends.
+
+    The same retry of transient failures within ``limit`` (a read is safe to repeat) and
+    the same translation of errors: pymongo's into docmultilock's, an unencodable
+    ``filter`` into :class:`~docmultilock.InvalidArgument`.
+    """
+    give_up = None if limit is None else clock.monotonic() + limit
+    attempt = 0
+    while True:
+        left = None if give_up is None else max(give_up - clock.monotonic(), 0.001)
+        try:
+            documents: list[Mapping[str, Any]] = yield Aggregate(pipeline, left)
+            return documents
+        except PyMongoError as exc:
+            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, filter, on_retry)
+            attempt += 1
+            yield Sleep(pause)
+        except UNENCODABLE as exc:
+            raise unencodable(exc) from exc

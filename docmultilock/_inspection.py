@@ -14,21 +14,40 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from docmultilock._core import Command, LockCore
-from docmultilock._expr import SERVER_NOW, field_or_null, literal
-from docmultilock._pipeline import OURS, break_body, update_stages
-from docmultilock._snapshot import HolderSnapshot, LockSnapshot, as_utc, holders_at
-from docmultilock.errors import InvalidArgument, ResourceNotFound
+from docmultilock._expr import SERVER_NOW, literal
+from docmultilock._lock import as_utc
+from docmultilock._pipeline import BREAK_MODES, break_body, update_stages
+from docmultilock._snapshot import HolderSnapshot, LockSnapshot, holders_at
+from docmultilock.errors import InvalidArgument
 
-__all__ = ["BreakPlan", "InspectPlan", "break_mode", "doomed"]
+__all__ = ["BreakPlan", "InspectPlan", "break_mode", "check_matchable"]
 
 Filter = Mapping[str, Any]
 
+#: Query operators an aggregation's ``$match`` refuses (inspecting is an aggregation).
+NOT_IN_MATCH = frozenset({"$where", "$near", "$nearSphere"})
 
-def _ours(field: str) -> dict[str, Any]:
-    return {"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}}
+
+def check_matchable(user_filter: Filter) -> None:
+    """Refuse a filter ``inspect`` cannot send: one using an operator ``$match`` refuses."""
+    stack: list[object] = [user_filter]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            refused = sorted(NOT_IN_MATCH.intersection(item))
+            if refused:
+                raise InvalidArgument(
+                    f"inspect cannot read a filter using {', '.join(refused)}: it reads with "
+                    "an aggregation, whose $match refuses them; filter by _id or by other "
+                    f"operators instead (filter: {dict(user_filter)!r})"
+                )
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def break_mode(lock_id: object, all_expired: bool, everyone: bool) -> str:
@@ -49,44 +68,41 @@ def break_mode(lock_id: object, all_expired: bool, everyone: bool) -> str:
     return chosen[0]
 
 
-def doomed(snapshot: LockSnapshot, mode: str, lock_id: str | None) -> tuple[HolderSnapshot, ...]:
-    """The entries of ``snapshot`` a break in ``mode`` would remove, for a preview.
-
-    Mirrors ``_pipeline.BREAK_MODES`` at the snapshot's server time; the break itself
-    decides again on the server, at its own time.
-    """
-    if mode == "everyone":
-        return snapshot.holders
-    return tuple(
-        holder
-        for holder in snapshot.holders
-        if holder.expired or (mode == "lock_id" and holder.id == lock_id)
-    )
+def _picked(core: LockCore, mode: str, lock_id: str | None) -> dict[str, Any]:
+    """The entries a break in ``mode`` removes, by the break's own condition (``BREAK_MODES``)."""
+    picked = {"$filter": {"input": core.holders, "as": "h", "cond": BREAK_MODES[mode]}}
+    return {"$let": {"vars": {"now": SERVER_NOW, "id": literal(lock_id)}, "in": picked}}
 
 
 @dataclass(frozen=True, slots=True)
 class InspectPlan:
-    """One read of a lock field with the server's time."""
+    """One read of a lock field with the server's time.
+
+    For a preview, also what a break would remove, decided on the server by the break's
+    own condition.
+    """
 
     core: LockCore
     pipeline: list[dict[str, Any]]
     user_filter: Filter
 
     @classmethod
-    def make(cls, core: LockCore, user_filter: Filter) -> InspectPlan:
-        """Plan reading the first document matching ``user_filter``."""
+    def make(
+        cls, core: LockCore, user_filter: Filter, *, breaking: tuple[str, str | None] | None = None
+    ) -> InspectPlan:
+        """Plan reading the first document matching ``user_filter``.
+
+        ``breaking`` is ``(mode, lock_id)`` of a break to preview.
+        """
+        check_matchable(user_filter)
         field = core.field
-        shown = {
-            "_id": 1,
-            "ours": _ours(field),
-            "t": {"$type": f"${field}"},
-            "v": f"${field}.v",
-            "state": f"${field}",
-        }
+        extra: dict[str, Any] = {"state": f"${field}"}
+        if breaking is not None:
+            extra["doomed"] = _picked(core, *breaking)
         pipeline: list[dict[str, Any]] = [
             {"$match": dict(user_filter)},
             {"$limit": 1},
-            {"$facet": {"doc": [{"$project": shown}]}},
+            {"$facet": {"doc": [{"$project": core.projection(**extra)}]}},
             # A $$NOW in a find projection is undefined on the test server; in an
             # aggregation it is the server's clock.
             {"$project": {"_id": 0, "now": SERVER_NOW, "doc": {"$first": "$doc"}}},
@@ -95,25 +111,31 @@ class InspectPlan:
 
     def read(self, replies: Sequence[Mapping[str, Any]]) -> LockSnapshot:
         """The snapshot; raise ResourceNotFound for a missing document (not for a name)."""
+        return self.read_preview(replies)[0]
+
+    def read_preview(
+        self, replies: Sequence[Mapping[str, Any]]
+    ) -> tuple[LockSnapshot, tuple[HolderSnapshot, ...]]:
+        """The snapshot, and the entries the previewed break would remove.
+
+        None are, unless the plan was made with ``breaking``.
+        """
         reply = replies[0]
         now = reply["now"]
         found = reply.get("doc")
         if found is None:
-            if not self.core.home.on_demand:
-                raise ResourceNotFound(
-                    f"no document matches the filter {dict(self.user_filter)!r}",
-                    filter=self.user_filter,
-                )
+            self.core.absent(self.user_filter)
             key = self.user_filter.get("_id")
-            return LockSnapshot(key, 0, as_utc(now), (), exists=False)
+            return LockSnapshot(key, 0, as_utc(now), (), exists=False), ()
         self.core.read_reply(found, self.user_filter, None, "inspect")
         state = found.get("state") or {}
-        return LockSnapshot(
+        snapshot = LockSnapshot(
             document_id=found["_id"],
             fence=int(state.get("fence") or 0),
             server_time=as_utc(now),
             holders=holders_at(state.get("holders"), now),
         )
+        return snapshot, holders_at(found.get("doomed"), now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,32 +155,28 @@ class BreakPlan:
         field = core.field
         body = break_body(field, mode, clock=core.home.on_demand)
         bindings = {"id": literal(lock_id), "token": literal(token)}
+        # Only this call's record: a retry after a lost reply finds its own (and reports
+        # what that attempt removed); an earlier break's record is stale.
         mine = {"$eq": [f"${field}.broken.token", literal(token)]}
         command = Command(
             filter=dict(user_filter),
             update=update_stages(field, body, bindings),
-            projection={
-                "_id": 1,
-                "ours": _ours(field),
-                "t": {"$type": f"${field}"},
-                "v": f"${field}.v",
-                "broken": {"$cond": [mine, f"${field}.broken", None]},
-            },
+            projection=core.projection(broken={"$cond": [mine, f"${field}.broken", None]}),
             return_after=True,
         )
         return cls(core, command, user_filter, token)
 
     def read(self, reply: Mapping[str, Any] | None) -> tuple[HolderSnapshot, ...]:
-        """The removed entries, judged at the server's time of the break (maybe none)."""
+        """The removed entries, judged at the server's time of the break (maybe none).
+
+        Never raises once the break was applied: whatever the record holds is read
+        tolerantly (``holders_at``).
+        """
         if reply is None:
-            if self.core.home.on_demand:
-                return ()  # nobody holds the name: its document is gone
-            raise ResourceNotFound(
-                f"no document matches the filter {dict(self.user_filter)!r}",
-                filter=self.user_filter,
-            )
+            self.core.absent(self.user_filter)
+            return ()  # nobody holds the name: its document is gone
         self.core.read_reply(reply, self.user_filter, None, "break")
         broken = reply.get("broken")
-        if not isinstance(broken, Mapping):
+        if not isinstance(broken, Mapping) or not isinstance(broken.get("at"), datetime):
             return ()
         return holders_at(broken.get("removed"), broken["at"])

@@ -16,9 +16,27 @@ from bson.errors import BSONError
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
-__all__ = ["MAX_DEPTH", "Lock", "LockSchema", "document_id_problem", "nests_deeper_than"]
+__all__ = [
+    "MAX_DEPTH",
+    "Lock",
+    "LockSchema",
+    "as_utc",
+    "document_id_problem",
+    "nests_deeper_than",
+]
 
 LOCK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime, the only kind docmultilock hands out.
+
+    pymongo returns naive datetimes (UTC) by default, and aware ones in the client's
+    ``tzinfo`` when it was given one: both become the same instant in UTC.
+    """
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
 
 
 #: MongoDB nests BSON documents and arrays at most 100 levels deep. Deeper input is

@@ -16,11 +16,11 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
-from docmultilock._args import check_lock, document_target, tag_or_only
+from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
 from docmultilock._core import Home, LockCore, Verdicts
-from docmultilock._events import Emitter, LockListener
+from docmultilock._events import Emitter, EventKind, LockListener
 from docmultilock._failures import translate
-from docmultilock._flows import Aggregate, Clock, Flow, MakeTtlIndex, Sent, ServerTime, send
+from docmultilock._flows import Clock, Flow, MakeTtlIndex, Sent, ServerTime, aggregate, send
 from docmultilock._inspection import BreakPlan, InspectPlan, break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
@@ -356,22 +356,60 @@ class LockOperations:
         _, target = self._locate(key, held)
         return self.core.guard(target, held)
 
-    def inspect(self, key: object, timeout: Duration | None) -> Flow[LockSnapshot]:
+    def inspect(self, key: object, timeout: Duration | None, clock: Clock) -> Flow[LockSnapshot]:
         """Read ``key``'s lock field with the server's time; one read-only command."""
         user_filter = self.key_filter(key)
         plan = InspectPlan.make(self.core, user_filter)
-        try:
-            replies = yield Aggregate(plan.pipeline, self.limit(timeout))
-        except PyMongoError as exc:
-            raise translate(exc, "inspect", user_filter) from exc
-        snapshot = plan.read(replies)
+        snapshot, _ = yield from self._read(plan, timeout, clock)
+        return snapshot
+
+    def locked(
+        self, key: object, tag: object, timeout: Duration | None, clock: Clock
+    ) -> Flow[bool]:
+        """True when a granted, unexpired entry (of ``tag``: a declared one) holds ``key``."""
+        wanted = None if tag is None else check_tag(tag, self.options.rules)
+        snapshot = yield from self.inspect(key, timeout, clock)
+        return snapshot.locked(wanted)
+
+    def preview_break(
+        self,
+        key: object,
+        lock_id: object,
+        all_expired: bool,
+        everyone: bool,
+        timeout: Duration | None,
+        clock: Clock,
+    ) -> Flow[tuple[LockSnapshot, tuple[HolderSnapshot, ...]]]:
+        """``key``'s snapshot and what ``break_lock`` would remove now; nothing is written.
+
+        The server decides what would go with the break's own condition, at its own time.
+        """
+        mode = break_mode(lock_id, all_expired, everyone)
+        plan = InspectPlan.make(
+            self.core,
+            self.key_filter(key),
+            breaking=(mode, lock_id if isinstance(lock_id, str) else None),
+        )
+        return (yield from self._read(plan, timeout, clock))
+
+    def _read(
+        self, plan: InspectPlan, timeout: Duration | None, clock: Clock
+    ) -> Flow[tuple[LockSnapshot, tuple[HolderSnapshot, ...]]]:
+        replies = yield from aggregate(
+            plan.pipeline,
+            doing="inspect",
+            filter=plan.user_filter,
+            limit=self.limit(timeout),
+            clock=clock,
+        )
+        snapshot, doomed = plan.read_preview(replies)
         log.debug(
             "inspected %r: fence %d, %d entries",
             snapshot.document_id,
             snapshot.fence,
             len(snapshot.holders),
         )
-        return snapshot
+        return snapshot, doomed
 
     def break_lock(
         self,
@@ -393,12 +431,22 @@ class LockOperations:
             lock_id=lock_id if isinstance(lock_id, str) else None,
             token=new_lock_id(),
         )
+        started = clock.monotonic()
         reply = yield from send(
-            plan.command, doing="break", w=self.concern(w), limit=self.limit(timeout), clock=clock
+            plan.command,
+            doing="break",
+            w=self.concern(w),
+            limit=self.limit(timeout),
+            clock=clock,
+            on_retry=self.events.retrying(user_filter, None, started, clock.monotonic),
         )
         removed = plan.read(reply)
-        log.debug(
-            "broke %s on %r: removed %s", mode, user_filter, [holder.id for holder in removed]
+        self.events.emit(
+            "broken",
+            user_filter,
+            tag=None,
+            duration=clock.monotonic() - started,
+            removed=removed,
         )
         return removed
 
@@ -431,7 +479,7 @@ class LockOperations:
             )
 
 
-def _kind_of(err: LockError) -> str | None:
+def _kind_of(err: LockError) -> EventKind | None:
     """The event an acquisition's error reports: pending, lost or refused (else none)."""
     if isinstance(err, AssertiveLock):
         return "pending"

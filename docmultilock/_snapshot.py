@@ -19,12 +19,12 @@ from typing import Any
 
 from bson import json_util
 
-__all__ = ["HolderSnapshot", "LockSnapshot", "as_utc", "holders_at"]
+from docmultilock._lock import as_utc
 
+__all__ = ["HolderSnapshot", "LockSnapshot", "holders_at"]
 
-def as_utc(value: datetime) -> datetime:
-    """``value`` as an aware UTC datetime (pymongo returns naive UTC by default)."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+#: The date shown for a date a malformed entry lacks.
+_NO_DATE = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,10 @@ class HolderSnapshot:
     :ivar expires_at: when it stops holding unless extended, by the server's clock; UTC.
     :ivar seconds_left: ``expires_at`` minus the server's time; zero or less once expired.
     :ivar expired: past its expiry but not pruned yet (the next write on the field drops it).
+    :ivar malformed: the stored entry lacks a date or fence docmultilock writes (it was
+        edited by hand); its missing dates show as 1970-01-01. The server counts an entry
+        without an expiry date as expired, so it is ``expired`` too and the next write
+        drops it.
     """
 
     id: str
@@ -49,6 +53,7 @@ class HolderSnapshot:
     expires_at: datetime
     seconds_left: float
     expired: bool
+    malformed: bool = False
 
     @property
     def holds(self) -> bool:
@@ -66,6 +71,7 @@ class HolderSnapshot:
             "expires_at": self.expires_at.isoformat(),
             "seconds_left": round(self.seconds_left, 3),
             "expired": self.expired,
+            "malformed": self.malformed,
         }
 
 
@@ -109,8 +115,17 @@ class LockSnapshot:
         }
 
 
+def _date(value: object) -> datetime | None:
+    return as_utc(value) if isinstance(value, datetime) else None
+
+
 def holders_at(entries: object, now: datetime) -> tuple[HolderSnapshot, ...]:
-    """Snapshots of stored ``entries`` (a list of entry documents) at server time ``now``."""
+    """Snapshots of stored ``entries`` (a list of entry documents) at server time ``now``.
+
+    Never raises on what it reads (it also reads the reply of a break, after the write): an
+    entry that is not a document is skipped, one without its dates or fence is marked
+    ``malformed``, judged as the server judges it (expired without an expiry date).
+    """
     if not isinstance(entries, list):
         return ()
     now = as_utc(now)
@@ -118,18 +133,21 @@ def holders_at(entries: object, now: datetime) -> tuple[HolderSnapshot, ...]:
     for entry in entries:
         if not isinstance(entry, Mapping):
             continue
-        expires = as_utc(entry["expires"])
-        left = (expires - now).total_seconds()
+        expires, acquired = _date(entry.get("expires")), _date(entry.get("acquired"))
+        fence = entry.get("fence", 0)
+        fence_ok = isinstance(fence, int) and not isinstance(fence, bool)
+        left = 0.0 if expires is None else (expires - now).total_seconds()
         made.append(
             HolderSnapshot(
                 id=str(entry.get("id")),
                 tag=str(entry.get("tag")),
                 pending=bool(entry.get("pending")),
-                fence=int(entry.get("fence") or 0),
-                acquired_at=as_utc(entry["acquired"]),
-                expires_at=expires,
+                fence=fence if fence_ok else 0,
+                acquired_at=acquired or _NO_DATE,
+                expires_at=expires or _NO_DATE,
                 seconds_left=left,
                 expired=left <= 0,
+                malformed=expires is None or acquired is None or not fence_ok,
             )
         )
     return tuple(made)

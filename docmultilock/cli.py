@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
@@ -31,6 +30,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from docmultilock import __version__
+from docmultilock._cli_args import hosts, seconds
 from docmultilock._demo import DemoSettings, run_demo
 from docmultilock.testing import URI_VARIABLE, EmbeddedServerError, mongodb_uri
 
@@ -73,16 +73,6 @@ def _count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
-    if not 0 < value <= 3600:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, not {text}")
-    return value
-
-
 def _add_server_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--uri",
@@ -91,12 +81,6 @@ def _add_server_option(parser: argparse.ArgumentParser) -> None:
             "else a fresh embedded server (needs the 'embedded' extra)"
         ),
     )
-
-
-def hosts(uri: str) -> str:
-    """Return the hosts part of a MongoDB URI: no credentials or options, safe to print."""
-    match = re.match(r"^mongodb(?:\+srv)?://(?:[^@/]*@)?([^/?]*)", uri)
-    return match.group(1) if match else "the server given"
 
 
 @contextlib.contextmanager
@@ -160,7 +144,7 @@ def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     demo.add_argument(
         "--seconds",
-        type=_seconds,
+        type=seconds,
         default=8.0,
         metavar="S",
         help="how long the workers race (default 8)",
@@ -256,7 +240,7 @@ def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
     bench.add_argument(
         "--duration",
-        type=_seconds,
+        type=seconds,
         default=10.0,
         metavar="S",
         help="seconds per scenario, shared by docmultilock and the floor (default 10)",
@@ -277,14 +261,14 @@ def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     bench.add_argument(
         "--keepalive-lifetime",
-        type=_seconds,
+        type=seconds,
         default=None,
         metavar="S",
         help="scenario 9: the locks' lifetime (default above)",
     )
     bench.add_argument(
         "--keepalive-seconds",
-        type=_seconds,
+        type=seconds,
         default=None,
         metavar="S",
         help="scenario 9: how long they are kept alive, setup excluded (default above)",

@@ -17,7 +17,6 @@ replica set), and an embedded server otherwise. The pytest fixtures built on the
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import os
 import signal
@@ -27,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,28 +53,33 @@ threading.Thread(target=_watch_parent, name="parent-watch", daemon=True).start()
 """
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """On Linux, a ``preexec_fn`` that has the kernel SIGTERM the child when its parent dies.
+#: Run first in the server's process on Linux: ask the kernel to SIGTERM it when its parent
+#: dies (``PR_SET_PDEATHSIG``, set here after exec, so nothing runs between fork and exec),
+#: then check that the parent is still the one that started it: one that died before the
+#: request was made would never signal.
+_PARENT_DEATH = """\
+import ctypes, os, signal
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != {parent}:
+    raise SystemExit(143)
+"""
+
+
+def _parent_death_script() -> str:
+    """The launcher's ``PR_SET_PDEATHSIG`` lines on Linux from the main thread, else nothing.
 
     ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends, not only the
-    process, so it is used only from the main thread (which lives as long as the process);
-    from another thread the parent-watch pipe alone stops the server. libc and ``prctl`` are
-    looked up here, in the parent: the function run between fork and exec only calls it.
+    process, so it is asked for only when starting from the main thread (which lives as
+    long as the process); from another thread the parent-watch pipe alone stops the server.
     """
     if not sys.platform.startswith("linux") or threading.current_thread() is not (
         threading.main_thread()
     ):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def set_parent_death_signal() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-
-    return set_parent_death_signal
+        return ""
+    return _PARENT_DEATH.format(parent=os.getpid())
 
 
 class EmbeddedServerError(RuntimeError):
@@ -142,7 +146,9 @@ class EmbeddedServer:
         if self.ttl_sweep_seconds is not None or self.sync_on_commit:
             # The command line has no TTL sweep option; the Python API does.
             script = (
-                _PARENT_WATCH + "from secantus import SecantusDBServer as S\n"
+                _parent_death_script()
+                + _PARENT_WATCH
+                + "from secantus import SecantusDBServer as S\n"
                 f"s = S(host='127.0.0.1', port={self.port}, storage_path={self.storage_path!r}, "
                 f"enable_test_commands={self.enable_test_commands!r}"
                 + (
@@ -162,7 +168,7 @@ class EmbeddedServer:
             arguments.append("--enable-test-commands")
         # What `python -m secantus` runs, after the watch.
         script = f"from secantus.cli import main\nraise SystemExit(main({arguments!r}))\n"
-        return [sys.executable, "-c", _PARENT_WATCH + script]
+        return [sys.executable, "-c", _parent_death_script() + _PARENT_WATCH + script]
 
     def start(self) -> None:
         """Start the server and wait until it answers ``hello``."""
@@ -184,7 +190,6 @@ class EmbeddedServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_parent_death_signal(),  # only prctl, see there
             )
         try:
             self._wait_until_ready()

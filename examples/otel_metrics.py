@@ -43,18 +43,42 @@ class MetricsListener(LockListener):
         self.hold_time = meter.create_histogram(
             "docmultilock.hold.duration", unit="s", description="time from grant to release"
         )
-        # Grant times by lock id, to measure holds; the listener may be called from the
-        # keep-alive's thread as well as the caller's.
-        self._granted: dict[str, float] = {}
+        # Grant time and the time it expires unless extended (both local), by lock id, to
+        # measure holds; the listener may be called from the keep-alive's thread as well as
+        # the caller's. A lock never released nor found lost (its process died) is dropped
+        # once it has expired, so the dict stays as large as the locks alive.
+        self._granted: dict[str, tuple[float, float]] = {}
         self._mutex = threading.Lock()
+
+    @staticmethod
+    def _lifetime(event: LockEvent) -> float:
+        lock = event.lock
+        assert lock is not None
+        return (lock.expires_at - lock.acquired_at).total_seconds()
 
     def on_granted(self, event: LockEvent) -> None:
         tags = {"tag": event.tag or ""}
         self.grants.add(1, tags)
         self.acquire_time.record(event.duration, {**tags, "outcome": "granted"})
         if event.lock is not None:
+            now = time.monotonic()
             with self._mutex:
-                self._granted[event.lock.id] = time.monotonic()
+                self._prune(now)
+                self._granted[event.lock.id] = (now, now + self._lifetime(event))
+
+    def on_extended(self, event: LockEvent) -> None:
+        if event.lock is None:
+            return
+        with self._mutex:
+            held = self._granted.get(event.lock.id)
+            if held is not None:
+                now = time.monotonic()
+                self._granted[event.lock.id] = (held[0], now + self._lifetime(event))
+
+    def _prune(self, now: float) -> None:
+        """Drop locks past their expiry: nobody will report their release any more."""
+        for lock_id in [key for key, (_, until) in self._granted.items() if until < now]:
+            del self._granted[lock_id]
 
     def on_refused(self, event: LockEvent) -> None:
         self.refusals.add(1, {"tag": event.tag or "", "code": event.outcome})
@@ -75,9 +99,9 @@ class MetricsListener(LockListener):
         if event.lock is None:
             return
         with self._mutex:
-            since = self._granted.pop(event.lock.id, None)
-        if since is not None:
-            self.hold_time.record(time.monotonic() - since, {"tag": event.tag or ""})
+            held = self._granted.pop(event.lock.id, None)
+        if held is not None:
+            self.hold_time.record(time.monotonic() - held[0], {"tag": event.tag or ""})
 
 
 def main() -> None:

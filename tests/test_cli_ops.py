@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pty
@@ -14,7 +15,8 @@ import pytest
 from pymongo.collection import Collection
 
 from docmultilock import MultiLock, NamedLocks
-from docmultilock._cli_ops import EXIT
+from docmultilock._cli_ops import EXIT, run
+from docmultilock.errors import DbTimeout
 from docmultilock.testing import URI_VARIABLE
 from tests.helpers import stored_lock
 
@@ -170,7 +172,7 @@ def test_break_of_a_name_keeps_its_fence(uri: str, collection: Collection[Doc]) 
 
     assert done.returncode == 0, done.stderr
     assert "removed 1" in done.stdout
-    collection.delete_one({"_id": "job"})
+    assert named.inspect("job").fence == first.fence
     assert named.acquire("job").fence > first.fence
 
 
@@ -248,3 +250,110 @@ def test_a_missing_document_exits_6(uri: str, collection: Collection[Doc]) -> No
 def test_break_needs_a_mode(uri: str, collection: Collection[Doc]) -> None:
     done = cli("break", *where(uri, collection), "--filter", '{"_id": 1}')
     assert done.returncode == EXIT["usage"] == 2
+
+
+# -- review fixes ------------------------------------------------------------------------------
+
+
+def test_break_refuses_a_filter_matching_several_documents(
+    uri: str, collection: Collection[Doc], locks: MultiLock
+) -> None:
+    collection.insert_one({"_id": 2})
+    locks.acquire({"_id": 1}, tag="write")
+    locks.acquire({"_id": 2}, tag="write")
+    before = list(collection.find())
+
+    done = cli(
+        "break", *where(uri, collection), "--filter", '{"_id": {"$in": [1, 2]}}',
+        "--everyone", "--yes",
+    )  # fmt: skip
+
+    assert done.returncode == EXIT["usage"], done.stderr
+    assert "more than one document" in done.stderr
+    assert list(collection.find()) == before
+
+
+def test_break_by_a_filter_matching_one_document_breaks_it(
+    uri: str, collection: Collection[Doc], locks: MultiLock
+) -> None:
+    collection.update_one({"_id": 1}, {"$set": {"status": "stuck"}})
+    lock = locks.acquire({"_id": 1}, tag="write")
+
+    done = cli(
+        "break", *where(uri, collection), "--filter", '{"status": "stuck"}',
+        "--lock-id", lock.id, "--yes", "--json",
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert [holder["id"] for holder in json.loads(done.stdout)["removed"]] == [lock.id]
+
+
+@pytest.mark.parametrize("lock_id", ["", "not-an-id", "A" * 32])
+def test_break_refuses_a_malformed_lock_id(
+    uri: str, collection: Collection[Doc], locks: MultiLock, lock_id: str
+) -> None:
+    locks.acquire({"_id": 1}, tag="write")
+    before = stored_lock(collection)
+
+    done = cli(
+        "break", *where(uri, collection), "--filter", '{"_id": 1}', "--lock-id", lock_id, "--yes"
+    )
+
+    assert done.returncode == EXIT["usage"], done.stderr
+    assert stored_lock(collection) == before
+
+
+def test_break_of_an_id_that_is_not_there_exits_6(
+    uri: str, collection: Collection[Doc], locks: MultiLock
+) -> None:
+    locks.acquire({"_id": 1}, tag="write")
+
+    done = cli(
+        "break", *where(uri, collection), "--filter", '{"_id": 1}', "--lock-id", "b" * 32, "--yes"
+    )
+
+    assert done.returncode == EXIT["not_found"], done.stderr
+    assert f"no entry {'b' * 32}" in done.stderr
+
+
+def test_end_of_input_at_the_prompt_declines(
+    uri: str, collection: Collection[Doc], locks: MultiLock
+) -> None:
+    locks.acquire({"_id": 1}, tag="write")
+    before = stored_lock(collection)
+    main, terminal = pty.openpty()
+    try:
+        os.write(main, b"\x04")  # Ctrl-D
+        done = cli(
+            "break", *where(uri, collection), "--filter", '{"_id": 1}', "--everyone",
+            stdin=terminal,
+        )  # fmt: skip
+    finally:
+        os.close(main)
+        os.close(terminal)
+
+    assert done.returncode == EXIT["not_confirmed"], done.stderr
+    assert "Traceback" not in done.stderr
+    assert stored_lock(collection) == before
+
+
+@pytest.mark.parametrize(
+    "names", [["--db", "my.db", "--collection", "c"], ["--db", "d", "--collection", "a$b"]]
+)
+def test_a_name_pymongo_refuses_is_a_usage_error(uri: str, names: list[str]) -> None:
+    done = cli("inspect", "--uri", uri, *names, "--filter", '{"_id": 1}')
+
+    assert done.returncode == EXIT["usage"], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_command_timing_out_exits_4_whatever_its_cause(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def times_out(args: argparse.Namespace) -> int:
+        raise DbTimeout("inspect failed: ExecutionTimeout: operation exceeded time limit")
+
+    status = run(times_out, argparse.Namespace(command="inspect"))
+
+    assert status == EXIT["unreachable"]
+    assert "exceeded time limit" in capsys.readouterr().err

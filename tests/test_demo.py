@@ -13,6 +13,7 @@ import pytest
 from pymongo import MongoClient
 
 from docmultilock import cli
+from docmultilock._cli_args import hosts
 from docmultilock._demo_worker import DATABASE
 
 Doc = dict[str, Any]
@@ -132,5 +133,5 @@ def test_python_m_docmultilock_demo_help_describes_the_options() -> None:
 
 
 def test_the_printed_server_has_no_credentials() -> None:
-    assert cli.hosts("mongodb://user:secret@h1:27017,h2/db?replicaSet=rs") == "h1:27017,h2"
-    assert cli.hosts("mongodb+srv://user:secret@cluster.example/?tls=true") == "cluster.example"
+    assert hosts("mongodb://user:secret@h1:27017,h2/db?replicaSet=rs") == "h1:27017,h2"
+    assert hosts("mongodb+srv://user:secret@cluster.example/?tls=true") == "cluster.example"

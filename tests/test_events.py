@@ -171,7 +171,7 @@ def test_a_listener_may_implement_only_some_methods(
 ) -> None:
     seen: list[str] = []
 
-    class Grants:
+    class Grants(LockListener):
         def on_granted(self, event: LockEvent) -> None:
             seen.append(event.kind)
 
@@ -198,3 +198,22 @@ def test_every_decision_is_logged_at_debug_and_nothing_above(
     assert messages[1].startswith("pending write ")
     assert "AssertiveLock (blocking: read)" in messages[1]
     assert messages[2].startswith(f"released read {reader.id}")
+
+
+class AsyncByMistake(LockListener):
+    async def on_granted(self, event: LockEvent) -> None:  # type: ignore[override]
+        raise AssertionError("never run")
+
+
+def test_an_async_listener_method_is_closed_unrun_with_one_warning(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc, caplog: pytest.LogCaptureFixture
+) -> None:
+    rw: MultiLock = make_lock(MultiLock, collection, listener=AsyncByMistake())
+
+    with caplog.at_level(logging.WARNING, "docmultilock"):
+        rw.release(doc, rw.acquire(doc, tag="write"))
+        rw.release(doc, rw.acquire(doc, tag="write"))
+
+    # filterwarnings = error: a coroutine never awaited would have failed the test.
+    (record,) = caplog.records
+    assert "must be plain functions" in record.getMessage()

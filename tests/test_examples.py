@@ -310,3 +310,34 @@ def test_otel_example_counts_grants_refusals_losses_and_times_them(
     (held,) = points["docmultilock.hold.duration"]
     assert held.count == 2
     assert held.sum >= 0
+
+
+def test_otel_example_forgets_locks_nobody_released_once_they_expire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from docmultilock import Lock, LockEvent
+
+    example = load_example("otel_metrics.py")
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(example, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    listener = example.MetricsListener(MeterProvider().get_meter("test"))
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def event(kind: str, lock_id: str) -> LockEvent:
+        lock = Lock(lock_id, "write", 1, start, start + timedelta(seconds=10), 1, False)
+        return LockEvent(kind, {"_id": 1}, "write", lock, kind, 0.0)  # type: ignore[arg-type]
+
+    for number in range(1000):  # processes that died holding their locks
+        listener.on_granted(event("granted", f"{number:032x}"))
+    listener.on_granted(event("granted", "e" * 32))
+    clock.now = 9.0
+    listener.on_extended(event("extended", "e" * 32))
+    clock.now = 11.0
+    listener.on_granted(event("granted", "f" * 32))
+
+    assert sorted(listener._granted) == ["e" * 32, "f" * 32]

@@ -19,10 +19,12 @@ from pymongo.errors import AutoReconnect, DuplicateKeyError, OperationFailure
 from docmultilock import (
     AssertiveLock,
     DbError,
+    InvalidArgument,
     LockAlreadyTaken,
     LockNotFound,
     LockTimeout,
     LockWasReacquired,
+    ResourceNotFound,
 )
 from docmultilock import _operations as operations
 from docmultilock._core import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
@@ -39,6 +41,7 @@ from docmultilock._flows import (
     send,
 )
 from docmultilock._holding import SAFETY_NET, Holding, plan_hold, release_flow, wait_flow
+from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
@@ -482,3 +485,90 @@ def test_a_failed_release_is_raised_unless_the_block_raised(
         Script([failure]).run(release_flow(ops, held, quiet=False, clock=Script([]).clock))
     quiet = Script([failure])
     assert quiet.run(release_flow(ops, held, quiet=True, clock=quiet.clock)) is None
+
+
+# -- inspect and break: the plans' readers, and the same sending as every command -------------
+
+
+def _inspect_reply(*holders: Doc, fence: int = 7, doomed: list[Doc] | None = None) -> Doc:
+    state = {"v": 1, "fence": fence, "holders": list(holders)}
+    found: Doc = {"_id": 1, "ours": True, "state": state}
+    if doomed is not None:
+        found["doomed"] = doomed
+    return {"now": NOW, "doc": found}
+
+
+def test_inspect_retries_a_transient_failure_like_every_command() -> None:
+    script = Script([cut(), [_inspect_reply(entry())]])
+    snapshot = script.run(rw_ops().inspect(DOC, None, script.clock))
+    assert [holder.id for holder in snapshot.holders] == [LOCK_ID]
+    assert script.sent() == ["Aggregate", "sleep 0.05", "Aggregate"]
+
+
+def test_inspect_of_a_filter_bson_cannot_carry_is_an_invalid_argument() -> None:
+    script = Script([OverflowError("MongoDB can only handle up to 8-byte ints")])
+    with pytest.raises(InvalidArgument, match="cannot be sent"):
+        script.run(rw_ops().inspect(DOC, None, script.clock))
+
+
+def test_inspect_reads_every_entry_at_the_servers_time() -> None:
+    plan = InspectPlan.make(rw_ops().core, DOC)
+    expired = {**entry(lock_id="b" * 32), "expires": NOW - timedelta(seconds=1)}
+    snapshot = plan.read([_inspect_reply(entry(), expired)])
+    assert (snapshot.document_id, snapshot.fence, snapshot.server_time) == (1, 7, NOW)
+    assert [(h.id, h.expired, h.seconds_left) for h in snapshot.holders] == [
+        (LOCK_ID, False, 10.0),
+        ("b" * 32, True, -1.0),
+    ]
+
+
+def test_inspect_of_a_missing_document_or_name() -> None:
+    with pytest.raises(ResourceNotFound):
+        InspectPlan.make(rw_ops().core, DOC).read([{"now": NOW}])
+    empty = InspectPlan.make(named_ops().core, {"_id": "job"}).read([{"now": NOW}])
+    assert (empty.document_id, empty.exists, empty.holders) == ("job", False, ())
+
+
+def test_a_preview_reads_what_the_server_picked() -> None:
+    plan = InspectPlan.make(rw_ops().core, DOC, breaking=("all_expired", None))
+    assert "doomed" in plan.pipeline[2]["$facet"]["doc"][0]["$project"]
+    _, doomed = plan.read_preview([_inspect_reply(entry(), doomed=[entry()])])
+    assert [h.id for h in doomed] == [LOCK_ID]
+
+
+def _break_plan(token: str = "c" * 32) -> Any:
+    return BreakPlan.make(rw_ops().core, DOC, mode="everyone", lock_id=None, token=token)
+
+
+def _broken_reply(*removed: Doc) -> Doc:
+    return {"_id": 1, "ours": True, "broken": {"at": NOW, "removed": list(removed)}}
+
+
+def test_a_retried_break_after_a_lost_reply_reports_what_the_first_attempt_removed() -> None:
+    # The first attempt was applied but its reply was lost; the retry, with the same token,
+    # removes nothing more and finds the first attempt's record: the projection keeps it.
+    plan = _break_plan()
+    record = plan.command.projection["broken"]["$cond"][0]["$eq"][1]
+    assert record == {"$literal": "c" * 32}
+    script = Script([cut(), _broken_reply(entry())])
+    reply = script.run(send(plan.command, doing="break", w=1, limit=5.0, clock=script.clock))
+    assert [h.id for h in plan.read(reply)] == [LOCK_ID]
+    assert script.sent() == ["send", "sleep 0.05", "send"]
+
+
+def test_a_stale_broken_record_is_not_reported() -> None:
+    # Another break's record: the projection hands back None for it.
+    assert _break_plan().read({"_id": 1, "ours": True, "broken": None}) == ()
+
+
+def test_a_break_record_without_its_time_is_read_as_nothing_removed() -> None:
+    assert _break_plan().read({"_id": 1, "ours": True, "broken": {"removed": [entry()]}}) == ()
+
+
+def test_a_break_of_a_name_nobody_holds_removes_nothing() -> None:
+    plan = BreakPlan.make(
+        named_ops().core, {"_id": "job"}, mode="everyone", lock_id=None, token="c" * 32
+    )
+    assert plan.read(None) == ()
+    with pytest.raises(ResourceNotFound):
+        _break_plan().read(None)

@@ -13,6 +13,8 @@ from docmultilock import (
     HolderSnapshot,
     IncompatibleLockField,
     InvalidArgument,
+    LockEvent,
+    LockListener,
     LockNotFound,
     LockSnapshot,
     MultiLock,
@@ -255,18 +257,19 @@ def test_the_fence_grows_across_break_lock_on_a_document(
     assert locks.acquire(doc).fence > max(fences)
 
 
-def test_the_fence_grows_across_break_lock_on_a_name(
+def test_break_lock_on_a_name_keeps_its_fence_and_the_next_grant_outranks_it(
     named: NamedLocks, collection: Collection[Doc]
 ) -> None:
     first = named.acquire("job")
     named.break_lock("job", everyone=True)
+    assert named.inspect("job").fence == first.fence
     second = named.acquire("job")
+    assert second.fence > first.fence
     named.break_lock("job", lock_id=second.id)
+    assert named.inspect("job").fence == second.fence
     # The emptied document may go (the TTL index, or by hand): the fence still grows.
     collection.delete_one({"_id": "job"})
-    third = named.acquire("job")
-
-    assert first.fence < second.fence < third.fence
+    assert named.acquire("job").fence > second.fence
 
 
 def test_a_broken_name_is_lost_for_its_holder(named: NamedLocks) -> None:
@@ -285,3 +288,97 @@ def test_hold_reports_a_broken_lock(rw: MultiLock, doc: Doc) -> None:
     assert held.lost.wait(10.0)
     with pytest.raises(LockNotFound):
         holding.__exit__(None, None, None)
+
+
+# -- review fixes ------------------------------------------------------------------------------
+
+
+def test_locked_refuses_an_undeclared_tag(rw: MultiLock, doc: Doc) -> None:
+    rw.acquire(doc, tag="write")
+    with pytest.raises(InvalidArgument, match="undeclared tag 'wirte'"):
+        rw.locked(doc, "wirte")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"$where": "true"},
+        {"_id": 1, "$or": [{"$where": "true"}]},
+        {"loc": {"$near": [0, 0]}},
+        {"loc": {"$nearSphere": [0, 0]}},
+    ],
+)
+def test_inspect_refuses_operators_an_aggregation_cannot_match(
+    rw: MultiLock, doc: Doc, bad: Doc
+) -> None:
+    with pytest.raises(InvalidArgument, match="aggregation"):
+        rw.inspect(bad)
+
+
+def test_inspect_refuses_a_filter_bson_cannot_carry(rw: MultiLock, doc: Doc) -> None:
+    with pytest.raises(InvalidArgument, match="cannot be sent"):
+        rw.inspect({"_id": 2**70})
+
+
+def _unset_dates(collection: Collection[Doc]) -> None:
+    collection.update_one(
+        {"_id": 1}, {"$unset": {"lock.holders.0.expires": "", "lock.holders.0.acquired": ""}}
+    )
+
+
+def test_inspect_marks_a_hand_edited_entry_instead_of_failing(
+    rw: MultiLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    lock = rw.acquire(doc, tag="write")
+    _unset_dates(collection)
+
+    (holder,) = rw.inspect(doc).holders
+
+    assert (holder.id, holder.malformed, holder.expired) == (lock.id, True, True)
+    assert not rw.locked(doc)
+
+
+def test_break_of_a_hand_edited_entry_reports_it_without_failing(
+    rw: MultiLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    lock = rw.acquire(doc, tag="write")
+    _unset_dates(collection)
+
+    (removed,) = rw.break_lock(doc, everyone=True)
+
+    assert (removed.id, removed.malformed) == (lock.id, True)
+    assert rw.inspect(doc).holders == ()
+
+
+def test_preview_break_shows_what_the_break_removes(rw: MultiLock, doc: Doc) -> None:
+    live = rw.acquire(doc, tag="read")
+    expired = rw.acquire(doc, tag="read", lock_timeout=0.05)
+    time.sleep(0.2)
+
+    snapshot, doomed = rw.preview_break(doc, all_expired=True)
+
+    assert {h.id for h in snapshot.holders} == {live.id, expired.id}
+    assert [h.id for h in doomed] == [expired.id]
+    _, by_id = rw.preview_break(doc, lock_id=live.id)
+    assert {h.id for h in by_id} == {live.id, expired.id}
+    assert [h.id for h in rw.break_lock(doc, all_expired=True)] == [expired.id]
+
+
+def test_break_lock_tells_the_listener_what_it_removed(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    class Broken(LockListener):
+        def __init__(self) -> None:
+            self.events: list[LockEvent] = []
+
+        def on_broken(self, event: LockEvent) -> None:
+            self.events.append(event)
+
+    listener = Broken()
+    locks: MultiLock = make_lock(MultiLock, collection, listener=listener, **RW)
+    lock = locks.acquire(doc, tag="write")
+    locks.break_lock(doc, everyone=True)
+
+    (event,) = listener.events
+    assert (event.kind, event.outcome, event.filter) == ("broken", "broken", doc)
+    assert [h.id for h in event.removed] == [lock.id]

@@ -7,6 +7,7 @@ and checks the server is gone within a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,10 +68,33 @@ def gone_within(pid: int, seconds: float) -> bool:
     return True
 
 
+class Spawned(list[subprocess.Popen[str]]):
+    """The processes a test starts, and the pids of the servers (or workers) they start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.servers: list[int] = []
+
+
+def _still_ours(pid: int) -> bool:
+    """True while ``pid`` runs a process this test started (not a reused pid)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return alive(pid)
+    return b"secantus" in command or b"docmultilock" in command or b"spawn_main" in command
+
+
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; whatever survives the test is killed afterwards."""
-    started: list[subprocess.Popen[str]] = []
+def spawn(tmp_path: Path) -> Iterator[Spawned]:
+    """Processes a test starts; whatever survives the test is killed afterwards.
+
+    A server whose parent was killed is not our child: its pid is recorded and it gets
+    SIGKILL too, so a failing test leaves no server behind.
+    """
+    started = Spawned()
     yield started
     for process in started:
         if process.poll() is None:
@@ -79,9 +103,13 @@ def spawn(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+    for pid in started.servers:
+        if alive(pid) and _still_ours(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
-def start_parent(spawn: list[subprocess.Popen[str]], how: str, cwd: Path) -> tuple[int, int]:
+def start_parent(spawn: Spawned, how: str, cwd: Path) -> tuple[int, int]:
     """Start a parent that starts a server (``how``: "main" or "thread"); return both pids."""
     env = {k: v for k, v in os.environ.items() if k != URI_VARIABLE}
     parent = subprocess.Popen(
@@ -96,6 +124,7 @@ def start_parent(spawn: list[subprocess.Popen[str]], how: str, cwd: Path) -> tup
     line = parent.stdout.readline()
     assert line, f"the parent exited with {parent.wait()} before starting the server"
     server_pid = int(line.split()[0])
+    spawn.servers.append(server_pid)
     assert alive(server_pid)
     return parent.pid, server_pid
 
@@ -103,7 +132,7 @@ def start_parent(spawn: list[subprocess.Popen[str]], how: str, cwd: Path) -> tup
 @pytest.mark.parametrize("how", ["main", "thread"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_the_server_ends_when_its_parent_is_killed(
-    spawn: list[subprocess.Popen[str]], tmp_path: Path, how: str, sig: signal.Signals
+    spawn: Spawned, tmp_path: Path, how: str, sig: signal.Signals
 ) -> None:
     parent_pid, server_pid = start_parent(spawn, how, tmp_path)
 
@@ -114,7 +143,7 @@ def test_the_server_ends_when_its_parent_is_killed(
 
 
 def test_a_server_started_from_a_thread_that_ended_keeps_running(
-    spawn: list[subprocess.Popen[str]], tmp_path: Path
+    spawn: Spawned, tmp_path: Path
 ) -> None:
     # Linux's parent-death signal is tied to the thread that started the child: it must
     # not stop the server when that thread ends while the process lives on.
@@ -142,7 +171,7 @@ def children(pid: int) -> dict[int, bytes]:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_the_demos_server_and_workers_end_when_the_demo_is_killed(
-    spawn: list[subprocess.Popen[str]], tmp_path: Path, sig: signal.Signals
+    spawn: Spawned, tmp_path: Path, sig: signal.Signals
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != URI_VARIABLE}
     demo = subprocess.Popen(
@@ -159,6 +188,7 @@ def test_the_demos_server_and_workers_end_when_the_demo_is_killed(
         if "violations" in line:
             break
     started = children(demo.pid)
+    spawn.servers.extend(started)
     assert any(b"secantus" in command for command in started.values())
     assert sum(b"spawn_main" in command for command in started.values()) == 1
 

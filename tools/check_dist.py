@@ -54,6 +54,19 @@ def tracked_files() -> list[str]:
     return sorted(name for name in listed.split("\0") if name and (ROOT / name).exists())
 
 
+def check_tracked(tracked: list[str]) -> None:
+    """Refuse a listing without the package's ``__init__.py``: every check would pass on it.
+
+    ``git ls-files`` lists nothing when run outside the work tree it should list (or in
+    a checkout it cannot read), and "every tracked file is shipped" holds for no files.
+    """
+    if f"{PACKAGE}/__init__.py" not in tracked:
+        raise SystemExit(
+            f"check_dist: {PACKAGE}/__init__.py is not among the {len(tracked)} tracked files "
+            f"listed in {ROOT}; nothing would be checked"
+        )
+
+
 def build(out: Path) -> tuple[Path, Path]:
     """Build the wheel and the sdist into ``out``; return their paths."""
     subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], check=True)
@@ -122,6 +135,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="check contents only")
     args = parser.parse_args()
     tracked = tracked_files()
+    check_tracked(tracked)
     with tempfile.TemporaryDirectory(prefix="docmultilock-dist-") as temp:
         work = Path(temp)
         wheel, sdist = build(work / "dist")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import pymongo
@@ -32,6 +31,7 @@ from docmultilock._flows import (
     WaitChange,
     Watch,
 )
+from docmultilock._lock import as_utc
 from docmultilock._wakeup import AsyncWatchers
 
 __all__ = ["AsyncMongoIO", "run"]
@@ -76,8 +76,7 @@ class AsyncMongoIO:
         if isinstance(effect, ServerTime):
             with _deadline(effect.timeout):
                 hello = await self.collection.database.client.admin.command("hello")
-            now: datetime = hello["localTime"]
-            return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now
+            return as_utc(hello["localTime"])
         if isinstance(effect, Aggregate):
             with _deadline(effect.timeout):
                 cursor = await self.collection.aggregate(effect.pipeline)

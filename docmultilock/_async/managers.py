@@ -66,7 +66,7 @@ class AsyncLockManager:
             an empty snapshot instead).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
-        return await self._run(self._ops.inspect(key, timeout))
+        return await self._run(self._ops.inspect(key, timeout, self._clock))
 
     async def locked(
         self, key: Any, tag: str | None = None, *, timeout: Duration | None = None
@@ -74,9 +74,34 @@ class AsyncLockManager:
         """True when a granted, unexpired entry (of ``tag``, if given) holds ``key`` now.
 
         Read-only, like :meth:`inspect`; the answer may be stale as soon as it returns.
+
+        :raises InvalidArgument: ``tag`` is not one this manager declares (a typo must not
+            read as "not locked").
         """
-        snapshot = await self.inspect(key, timeout=timeout)
-        return snapshot.locked(tag)
+        return await self._run(self._ops.locked(key, tag, timeout, self._clock))
+
+    async def preview_break(
+        self,
+        key: Any,
+        *,
+        lock_id: str | None = None,
+        all_expired: bool = False,
+        everyone: bool = False,
+        timeout: Duration | None = None,
+    ) -> tuple[LockSnapshot, tuple[HolderSnapshot, ...]]:
+        """Return the lock on ``key`` and what :meth:`break_lock` would remove now.
+
+        Read-only, like :meth:`inspect`; the server picks the entries with the break's own
+        condition, at its own time. A break made afterwards decides again::
+
+            snapshot, doomed = await locks.preview_break({"_id": 1}, all_expired=True)
+
+        :raises InvalidArgument: not exactly one of the three modes.
+        :raises ResourceNotFound: no document matches the filter.
+        """
+        return await self._run(
+            self._ops.preview_break(key, lock_id, all_expired, everyone, timeout, self._clock)
+        )
 
     async def break_lock(
         self,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import pymongo
@@ -34,6 +33,7 @@ from docmultilock._flows import (
     WaitChange,
     Watch,
 )
+from docmultilock._lock import as_utc
 from docmultilock._wakeup import Watchers
 
 __all__ = ["MongoIO", "run"]
@@ -78,8 +78,7 @@ class MongoIO:
         if isinstance(effect, ServerTime):
             with _deadline(effect.timeout):
                 hello = self.collection.database.client.admin.command("hello")
-            now: datetime = hello["localTime"]
-            return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now
+            return as_utc(hello["localTime"])
         if isinstance(effect, Aggregate):
             with _deadline(effect.timeout):
                 cursor = self.collection.aggregate(effect.pipeline)

@@ -13,6 +13,8 @@ from docmultilock import (
     HolderSnapshot,
     Lock,
     LockError,
+    LockEvent,
+    LockListener,
     LockSchema,
     LockSnapshot,
     MultiLock,
@@ -103,3 +105,18 @@ def web_usage() -> None:
     install_problem_handler(api)
     api.add_exception_handler(LockError, problem_response)
     install_problem_handler(Starlette(exception_handlers={LockError: problem_response}))
+
+
+class OnlyGrants(LockListener):
+    """A listener overriding one method: accepted by every manager's ``listener=``."""
+
+    def on_granted(self, event: LockEvent) -> None:
+        kind: str = event.kind
+        print(kind, event.removed)
+
+
+def listening(orders: Any) -> None:
+    locks = MultiLock(orders, listener=OnlyGrants())
+    removed: tuple[HolderSnapshot, ...] = locks.break_lock({"_id": 1}, everyone=True)
+    snapshot, doomed = locks.preview_break({"_id": 1}, all_expired=True)
+    print(removed, snapshot.fence, [holder.malformed for holder in doomed])
