@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from bson import encode
 from bson.raw_bson import RawBSONDocument
@@ -69,9 +69,13 @@ DEFAULT_MAX_HOLDERS = 1000
 Filter = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One ``findAndModify``: a driver sends it and hands the reply to the plan's ``read``."""
+class Command(NamedTuple):
+    """One ``findAndModify``: a driver sends it and hands the reply to the plan's ``read``.
+
+    This and the plans below are built for every command: named tuples, immutable and about
+    three times cheaper to make than frozen dataclasses (which set each field through
+    ``object.__setattr__``).
+    """
 
     filter: dict[str, Any]
     update: list[dict[str, Any]]
@@ -132,8 +136,7 @@ def _to_utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
-@dataclass(frozen=True, slots=True)
-class _Reply:
+class _Reply(NamedTuple):
     """What the projection returned, checked against the layout."""
 
     document_id: Any
@@ -415,8 +418,7 @@ class LockCore:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class AcquirePlan:
+class AcquirePlan(NamedTuple):
     """An acquisition: its command, and how to read the reply (mirrors the pipeline's order)."""
 
     core: LockCore
@@ -484,8 +486,7 @@ class AcquirePlan:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ReleasePlan:
+class ReleasePlan(NamedTuple):
     """A release: the reply is the state *before* the write."""
 
     core: LockCore
@@ -500,8 +501,7 @@ class ReleasePlan:
             raise self.core.lost(self.lock, self.user_filter, "release")
 
 
-@dataclass(frozen=True, slots=True)
-class ExtendPlan:
+class ExtendPlan(NamedTuple):
     """An extension: the reply is the state after the write."""
 
     core: LockCore
@@ -522,8 +522,7 @@ def _unreachable() -> Lock:  # pragma: no cover - a fresh lock id is never store
     raise DbError("the server answered a fresh acquisition with an entry of another tag")
 
 
-@dataclass(frozen=True, slots=True)
-class DeletePlan:
+class DeletePlan(NamedTuple):
     """Deleting a named lock's document as its release: the reply is the deleted document."""
 
     command: Command
