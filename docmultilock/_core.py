@@ -191,7 +191,13 @@ class LockCore:
         self._holders = holders
         self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
         self._acquire_tags = encoded({"$setUnion": [each(holders, "tag")]})
-        self._layout = {"t": {"$type": f"${field}"}, "v": f"${field}.v"}
+        # The projection's constant head; only ``mine`` (our id) is added per call.
+        self._head = {
+            "_id": 1,
+            "ours": self._ours,
+            "t": {"$type": f"${field}"},
+            "v": f"${field}.v",
+        }
 
     # -- building -------------------------------------------------------------------
 
@@ -200,12 +206,8 @@ class LockCore:
         return {"$eq": ["$$this.id", literal(lock_id)]}
 
     def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
-        projection: dict[str, Any] = {
-            "_id": 1,
-            "ours": self._ours,
-            **self._layout,
-            "mine": {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}},
-        }
+        projection = self._head.copy()
+        projection["mine"] = {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}}
         if with_tags:
             projection["tags"] = self._acquire_tags
         return projection
