@@ -42,7 +42,10 @@ _FLAT = frozenset({str, int, float, bool, type(None), ObjectId})
 
 
 def _flat(filter: dict[Any, Any]) -> bool:  # noqa: A002
-    return all(type(key) is str and type(value) in _FLAT for key, value in filter.items())
+    for key, value in filter.items():  # a loop, not all(<generator>): per call, on the hot path
+        if type(key) is not str or type(value) not in _FLAT:
+            return False
+    return True
 
 
 def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
@@ -154,6 +157,8 @@ def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:
 
 def _is_plain_value(value: object) -> bool:
     """True for an equality value, false for an operator document like ``{"$in": [...]}``."""
+    if type(value) in _FLAT:  # the common _id, before the slower Mapping check
+        return True
     return not (isinstance(value, Mapping) and any(str(k).startswith("$") for k in value))
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bson import encode
 from bson.raw_bson import RawBSONDocument
@@ -68,9 +68,13 @@ DEFAULT_MAX_HOLDERS = 1000
 Filter = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One ``findAndModify``: a driver sends it and hands the reply to the plan's ``read``."""
+class Command(NamedTuple):
+    """One ``findAndModify``: a driver sends it and hands the reply to the plan's ``read``.
+
+    This and the plans below are built for every command: named tuples, immutable and about
+    three times cheaper to make than frozen dataclasses (which set each field through
+    ``object.__setattr__``).
+    """
 
     filter: dict[str, Any]
     update: list[dict[str, Any]]
@@ -125,8 +129,7 @@ def encoded(expression: Mapping[str, Any]) -> RawBSONDocument:
     return RawBSONDocument(encode(expression))
 
 
-@dataclass(frozen=True, slots=True)
-class _Reply:
+class _Reply(NamedTuple):
     """What the projection returned, checked against the layout."""
 
     document_id: Any
@@ -181,7 +184,13 @@ class LockCore:
         self._holders = holders
         self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
         self._acquire_tags = encoded({"$setUnion": [each(holders, "tag")]})
-        self._layout = {"t": {"$type": f"${field}"}, "v": f"${field}.v"}
+        # The projection's constant head; only ``mine`` (our id) is added per call.
+        self._head = {
+            "_id": 1,
+            "ours": self._ours,
+            "t": {"$type": f"${field}"},
+            "v": f"${field}.v",
+        }
 
     # -- building -------------------------------------------------------------------
 
@@ -200,17 +209,11 @@ class LockCore:
         :meth:`read_reply` reads ``_id``, whether the field is ours, and what it holds
         otherwise; every command on the field projects them through here.
         """
-        return {
-            "_id": 1,
-            "ours": self._ours,
-            **self._layout,
-            **extra,
-        }
+        return {**self._head, **extra}
 
     def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
-        projection = self.projection(
-            mine={"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}}
-        )
+        projection = self._head.copy()
+        projection["mine"] = {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}}
         if with_tags:
             projection["tags"] = self._acquire_tags
         return projection
@@ -439,8 +442,7 @@ class LockCore:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class AcquirePlan:
+class AcquirePlan(NamedTuple):
     """An acquisition: its command, and how to read the reply (mirrors the pipeline's order)."""
 
     core: LockCore
@@ -508,8 +510,7 @@ class AcquirePlan:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ReleasePlan:
+class ReleasePlan(NamedTuple):
     """A release: the reply is the state *before* the write."""
 
     core: LockCore
@@ -524,8 +525,7 @@ class ReleasePlan:
             raise self.core.lost(self.lock, self.user_filter, "release")
 
 
-@dataclass(frozen=True, slots=True)
-class ExtendPlan:
+class ExtendPlan(NamedTuple):
     """An extension: the reply is the state after the write."""
 
     core: LockCore
@@ -546,8 +546,7 @@ def _unreachable() -> Lock:  # pragma: no cover - a fresh lock id is never store
     raise DbError("the server answered a fresh acquisition with an entry of another tag")
 
 
-@dataclass(frozen=True, slots=True)
-class DeletePlan:
+class DeletePlan(NamedTuple):
     """Deleting a named lock's document as its release: the reply is the deleted document."""
 
     command: Command

@@ -208,11 +208,13 @@ def send(
     of one that was applied finds its own work done (``sent`` records that a reply may have
     been lost). ``on_retry`` is told of each failure about to be retried.
     """
-    give_up = None if limit is None else clock.monotonic() + limit
+    give_up, left = None, limit
+    if limit is not None:
+        give_up = clock.monotonic() + limit
+        left = max(limit, 0.001)  # what the first attempt has left: one clock read less
     duplicate_retried = False
     attempt = 0
     while True:
-        left = None if give_up is None else max(give_up - clock.monotonic(), 0.001)
         try:
             reply: Mapping[str, Any] | None = yield Send(command, w, left)
             if reply is None and command.upsert:
@@ -239,6 +241,8 @@ def send(
             yield Sleep(pause)
         except UNENCODABLE as exc:
             raise unencodable(exc) from exc
+        if give_up is not None:
+            left = max(give_up - clock.monotonic(), 0.001)
 
 
 #: What encoding raises before anything is sent: the caller's filter holds a value BSON

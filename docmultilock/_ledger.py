@@ -22,7 +22,7 @@ __all__ = ["Ledger"]
 _SWEEP_EVERY = 256
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     expires_at: datetime  # as the server stamped it: compared with the server's clock only
     until: float  # monotonic time past which the record is of no use (kept generously)

@@ -9,13 +9,32 @@ client's work is unchanged, only the wait grows, which shows how much of the cli
 follows the server's speed rather than the client's code::
 
     python tools/cpu_attribution.py
+
+``--canned`` runs the library's own code alone, hot and without I/O: a sync WriteLock
+acquire+release cycle whose pymongo calls (``find_one_and_update``/``find_one_and_delete``)
+are replaced, inside this tool only, by canned replies of the shape the server gives (a
+client that never connects). It prints µs per cycle (thread CPU, median of rounds) and the
+heaviest functions by cProfile; ``--callgrind`` counts instructions per cycle instead,
+repeatable on a busy machine (valgrind runs the tool twice, with few and with many cycles,
+and the difference per cycle is the cycle's, start-up excluded)::
+
+    python tools/cpu_attribution.py --canned
+    python tools/cpu_attribution.py --canned --callgrind
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import datetime
+import os
+import pstats
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -23,6 +42,7 @@ from typing import Any
 
 import bson
 from bson.raw_bson import RawBSONDocument
+from pymongo import MongoClient, ReturnDocument
 from pymongo.synchronous import collection as pymongo_collection
 
 from docmultilock import WriteLock
@@ -119,11 +139,97 @@ def measure(uri: str) -> dict[str, dict[str, float]]:
     }
 
 
+def _canned_reply(
+    self: Any, where: Any, update: Any = None, *, return_document: Any = None, **_: Any
+) -> dict[str, Any]:
+    """What the server answers an uncontended acquire (after) or release (before)."""
+    bindings = update[0]["$set"]["lock"]["$let"]["vars"]
+    lock_id = bindings["id"]["$literal"]
+    now = datetime.datetime(2025, 1, 1, 12, 0, 0)  # naive, as pymongo decodes by default
+    entry = {
+        "id": lock_id,
+        "tag": "write",
+        "pending": False,
+        "fence": 7,
+        "acquired": now,
+        "expires": now + datetime.timedelta(seconds=10),
+        "ttl": 10_000,
+    }
+    reply = {"_id": where["_id"], "ours": True, "t": "object", "v": 1, "mine": [entry]}
+    if return_document is ReturnDocument.AFTER:
+        reply["tags"] = ["write"]
+    return reply
+
+
+@contextlib.contextmanager
+def _canned() -> Iterator[Callable[[], object]]:
+    """A WriteLock cycle against canned replies: the library's code alone, no I/O."""
+    client: MongoClient[dict[str, Any]] = MongoClient("mongodb://127.0.0.1:9", connect=False)
+    original = pymongo_collection.Collection.find_one_and_update
+    pymongo_collection.Collection.find_one_and_update = _canned_reply  # type: ignore[method-assign,assignment]
+    try:
+        locks, where = WriteLock(client.bench.docs), {"_id": 0}
+        yield lambda: locks.release(where, locks.acquire(where))
+    finally:
+        pymongo_collection.Collection.find_one_and_update = original  # type: ignore[method-assign]
+        client.close()
+
+
+def canned(cycles: int, profile: bool) -> None:
+    """Print µs per canned cycle (median of 7 rounds) and, with ``profile``, the top functions."""
+    with _canned() as cycle:
+        for _ in range(200):
+            cycle()
+        per_round = []
+        for _ in range(ROUNDS):
+            started = time.thread_time()
+            for _ in range(cycles):
+                cycle()
+            per_round.append((time.thread_time() - started) / cycles * 1e6)
+        print(f"the library's own code, canned: {statistics.median(per_round):.1f} µs per cycle")
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(lambda: [cycle() for _ in range(cycles)])
+            stats = pstats.Stats(profiler)
+            print(f"{stats.total_calls / cycles:.0f} Python function calls per cycle")  # type: ignore[attr-defined]
+            stats.sort_stats("tottime").print_stats(25)
+
+
+def _instructions(cycles: int) -> int:
+    """Instructions valgrind counts for this tool running ``cycles`` canned cycles."""
+    with tempfile.TemporaryDirectory() as where:
+        out = os.path.join(where, "callgrind.out")
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        command += [sys.executable, __file__, "--canned", "--cycles", str(cycles), "--once"]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        totals = re.findall(r"Collected : (\d+)", done.stderr)
+        return int(totals[-1])
+
+
 def main() -> None:
     """Measure and print the table (Markdown)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", help="a server to use instead of a fresh embedded one")
-    uri = parser.parse_args().uri
+    parser.add_argument("--canned", action="store_true", help="the library's code alone, no I/O")
+    parser.add_argument("--callgrind", action="store_true", help="with --canned: instructions")
+    parser.add_argument("--profile", action="store_true", help="with --canned: cProfile's top")
+    parser.add_argument("--cycles", type=int, default=2000, help="with --canned: per round")
+    parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.once:  # one run under valgrind: warm up, then the cycles
+        with _canned() as cycle:
+            for _ in range(50 + arguments.cycles):
+                cycle()
+        return
+    if arguments.canned and arguments.callgrind:
+        few, many = _instructions(100), _instructions(100 + arguments.cycles)
+        per_cycle = (many - few) / arguments.cycles
+        print(f"the library's own code, canned: {per_cycle:,.0f} instructions per cycle")
+        return
+    if arguments.canned:
+        canned(arguments.cycles, arguments.profile)
+        return
+    uri = arguments.uri
     with contextlib.ExitStack() as stack:
         if uri is None:
             uri = stack.enter_context(EmbeddedServer()).uri
