@@ -4,7 +4,8 @@
   through ``hold(wait=...)``, each holding it for :data:`HOLD_FOR`; the hand-off is the
   time from a release returning to the next grant returning, p50/p90/p99, with N = 1 and
   10 waiters, woken by change streams (``wake="changes"``) and polling (``wake="poll"``,
-  the default backoff).
+  the default backoff). Once more with 1 waiter and holds of :data:`LONG_HOLD`, long
+  enough for a polling waiter's backoff to grow.
 * **Commands per grant** (12): from the same runs, every command the process sent (the
   acquisitions, refused or not, the releases, and the change stream's ``aggregate`` and
   ``getMore``) over the grants, with 10 waiters.
@@ -34,6 +35,8 @@ __all__ = ["fairness", "handoff"]
 
 #: How long each holder keeps the lock, in seconds.
 HOLD_FOR = 0.02
+#: The longer hold of the last hand-off phases, in seconds.
+LONG_HOLD = 0.3
 #: Waiters of the two hand-off phases.
 WAITERS = (1, 10)
 #: Processes of the fairness scenario.
@@ -64,28 +67,36 @@ class _Count(monitoring.CommandListener):
         pass
 
 
-def _turns(uri: str, threads: int, wake: str, seconds: float) -> tuple[list[float], float]:
-    """``threads`` threads take turns on one document; hand-offs (s), commands per grant."""
+def _turns(
+    uri: str, threads: int, wake: str, seconds: float, hold_for: float = HOLD_FOR
+) -> tuple[list[float], float]:
+    """``threads`` threads take turns on one document; hand-offs (s), commands per grant.
+
+    After its release a thread pauses as long as it held the lock before it asks again, so
+    the next grant goes to a thread that was waiting: a hand-off is counted from a release
+    to the next grant *by another thread*.
+    """
     count = _Count()
     with connect(uri, [count]) as client:
-        collection = client[DATABASE][f"handoff_{wake}_{threads}"]
+        collection = client[DATABASE][f"handoff_{wake}_{threads}_{int(hold_for * 1000)}"]
         collection.drop()
         collection.insert_one({"_id": 1})
         locks = WriteLock(collection, lock_timeout=30.0)
-        events: list[tuple[float, str]] = []
+        events: list[tuple[float, str, int]] = []
         guard = threading.Lock()
         end = time.monotonic() + seconds
 
-        def turn() -> None:
+        def turn(me: int) -> None:
             while time.monotonic() < end:
                 with locks.hold({"_id": 1}, wait=60.0, wake=wake):  # type: ignore[arg-type]
                     with guard:
-                        events.append((time.monotonic(), "grant"))
-                    time.sleep(HOLD_FOR)
+                        events.append((time.monotonic(), "grant", me))
+                    time.sleep(hold_for)
                 with guard:
-                    events.append((time.monotonic(), "release"))
+                    events.append((time.monotonic(), "release", me))
+                time.sleep(hold_for)
 
-        workers = [threading.Thread(target=turn) for _ in range(threads)]
+        workers = [threading.Thread(target=turn, args=(me,)) for me in range(threads)]
         count.names.clear()
         for worker in workers:
             worker.start()
@@ -94,34 +105,40 @@ def _turns(uri: str, threads: int, wake: str, seconds: float) -> tuple[list[floa
         commands = sum(count.names.values())
         collection.drop()
     events.sort()
-    handoffs, released = [], None
-    for at, what in events:
+    handoffs: list[float] = []
+    released: tuple[float, int] | None = None
+    for at, what, who in events:
         if what == "release":
-            released = at
+            released = (at, who)
         elif released is not None:
-            handoffs.append(at - released)
+            if who != released[1]:
+                handoffs.append(at - released[0])
             released = None
-    grants = sum(1 for _, what in events if what == "grant")
+    grants = sum(1 for _, what, _ in events if what == "grant")
     return handoffs, commands / max(grants, 1)
 
 
 def handoff(context: Context) -> Outcome:
     """Scenarios 11 and 12: hand-off latency and commands per grant, changes vs polling."""
     rows: list[Row] = []
-    phases = [(n, wake) for n in WAITERS for wake in ("changes", "poll")]
-    for done, (waiters, wake) in enumerate(phases):
-        context.progress.bar(done / len(phases), f"{waiters} waiter(s), wake={wake}")
-        handoffs, per_grant = _turns(context.uri, waiters + 1, wake, context.duration / len(phases))
+    wakes = ("changes", "poll")
+    phases = [(n, wake, HOLD_FOR) for n in WAITERS for wake in wakes]
+    phases += [(1, wake, LONG_HOLD) for wake in wakes]
+    for done, (waiters, wake, hold_for) in enumerate(phases):
+        held = f"hold {hold_for * 1000:g} ms"
+        context.progress.bar(done / len(phases), f"{waiters} waiter(s), wake={wake}, {held}")
+        seconds = context.duration / len(phases)
+        handoffs, per_grant = _turns(context.uri, waiters + 1, wake, seconds, hold_for)
         ms = [h * 1000 for h in handoffs]
         for label, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
             rows.append(
                 Row.make(
                     11,
-                    f"hand-off {label}, {waiters} waiter(s), wake={wake}",
+                    f"hand-off {label}, {waiters} waiter(s), wake={wake}, {held}",
                     "ms",
                     percentile(ms, fraction) if ms else float("nan"),
                     None,
-                    detail=f"{len(ms)} hand-offs, hold {HOLD_FOR * 1000:g} ms",
+                    detail=f"{len(ms)} hand-offs",
                 )
             )
         if waiters == max(WAITERS):
