@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import itertools
 import logging
@@ -252,8 +253,12 @@ class AsyncExtender:
         """Keep ``job``'s lock alive; it surely lives until ``estimate`` (on the clock)."""
         self._schedule.add(job, estimate, job.lead)
         if self._coordinator is None or self._coordinator.done():
-            self._coordinator = asyncio.get_running_loop().create_task(
-                self._coordinate(), name=THREAD_NAME
+            # In a context of its own, as its tasks serve every holder on the loop: they must
+            # not inherit the first holder's context (a ``pymongo.timeout()`` deadline above
+            # all, which would fail every renewal once it passed).
+            loop = asyncio.get_running_loop()
+            self._coordinator = contextvars.Context().run(
+                loop.create_task, self._coordinate(), name=THREAD_NAME
             )
         self._changed.set()
 

@@ -345,15 +345,17 @@ def _continued_decision(
         # A tag in the way, granted or ahead of us in line: take, or keep, a place.
         branches.append((_tags_met("$$btags", in_line), wait))
     elif rules.assertive[tag]:
-        # An assertive tag is live (held or pending): register, or renew, as pending.
-        branches.append((_tags_met("$$otags", rules.assertive[tag]), wait))
+        # An assertive tag is held, or pending ahead of us: register, or renew, as pending.
+        # Not one pending behind us: only a fair waiter queues there, and it waits for us
+        # (waiting for it in turn would hold both until one gave up).
+        branches.append((_tags_met("$$btags", rules.assertive[tag]), wait))
     mine = {"$filter": {"input": "$$live", "as": "h", "cond": _is_ours("$$h")}}
     # The other entries' tags, ours made null (in one pass).
     otags = {
         "$map": {"input": "$$live", "as": "h", "in": {"$cond": [_is_ours("$$h"), None, "$$h.tag"]}}
     }
     decision = _first(branches, grant)
-    if fair:
+    if fair or rules.assertive[tag]:
         decision = _let({"btags": _tags_in_the_way()}, decision)
     return _let(
         {"mine": mine, "otags": otags},

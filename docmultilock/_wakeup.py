@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -44,8 +45,22 @@ _TOKEN_LOST = frozenset({280, 286})
 #: The longest pause between attempts to reopen a failed stream, in seconds.
 _REOPEN_MAX = 1.0
 
+#: Server errors that say change streams are not to be had here: no privilege (13),
+#: unknown command or stage (59, 115, 40324), not a replica set (40573).
+_NO_STREAMS = frozenset({13, 59, 115, 40324, 40573})
+#: Failed attempts to open a stream that never opened, after which the collection's
+#: waiters poll even though no error said streams are unsupported.
+_OPEN_ATTEMPTS = 5
 
-def _forget_token(exc: PyMongoError, token: Any) -> Any:
+
+class _Invalidated(Exception):
+    """The stream ended for good: its collection was dropped or renamed (an invalidate)."""
+
+
+def _forget_token(exc: Exception, token: Any) -> Any:
+    # After an invalidate no token resumes the stream: start afresh (waking everyone).
+    if isinstance(exc, _Invalidated):
+        return None
     if isinstance(exc, OperationFailure) and exc.code in _TOKEN_LOST:
         return None
     return token
@@ -53,6 +68,19 @@ def _forget_token(exc: PyMongoError, token: Any) -> Any:
 
 def _reopen_pause(failures: int) -> float:
     return float(min(0.05 * 2**failures, _REOPEN_MAX))
+
+
+def _gives_up(exc: PyMongoError, opened: bool, failures: int) -> bool:
+    """True when a stream that never opened is not to be tried again: its waiters poll.
+
+    A transient failure (a fail-over, a dropped connection) is not a server without change
+    streams: the stream is tried again, a few times, before the collection is given up.
+    """
+    if opened:
+        return False
+    if isinstance(exc, OperationFailure) and exc.code in _NO_STREAMS:
+        return True
+    return failures >= _OPEN_ATTEMPTS
 
 
 class _Unavailable:
@@ -153,15 +181,17 @@ class _Stream:
                                 self.interests.dispatch(change)
                             if self.interests.ids() != ids:
                                 break
-            except PyMongoError as exc:
+                        if not stream.alive:
+                            raise _Invalidated
+            except (PyMongoError, _Invalidated) as exc:
+                failures += 1
                 with self.lock:
                     self.interests.wake_all()  # an event may have been lost
-                    if not opened:
+                    if isinstance(exc, PyMongoError) and _gives_up(exc, opened, failures):
                         self.hub.unavailable.add(self.collection.database.client, self.key[1], exc)
                         return
                 log.debug("change stream on %s failed; resuming: %r", self.key[1], exc)
                 token = _forget_token(exc, token)
-                failures += 1
                 self.hub.pause(_reopen_pause(failures))
 
 
@@ -292,14 +322,16 @@ class _AsyncStream:
                             self.interests.dispatch(change)
                         if self.interests.ids() != ids:
                             break
-            except PyMongoError as exc:
+                        if not stream.alive:
+                            raise _Invalidated
+            except (PyMongoError, _Invalidated) as exc:
+                failures += 1
                 self.interests.wake_all()  # an event may have been lost
-                if not opened:
+                if isinstance(exc, PyMongoError) and _gives_up(exc, opened, failures):
                     self.hub.unavailable.add(self.collection.database.client, self.key[1], exc)
                     return
                 log.debug("change stream on %s failed; resuming: %r", self.key[1], exc)
                 token = _forget_token(exc, token)
-                failures += 1
                 await self.hub.pause(_reopen_pause(failures))
 
 
@@ -337,8 +369,11 @@ class AsyncWatchers:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = _AsyncStream(self, key, collection, field)
-            stream.task = asyncio.get_running_loop().create_task(
-                stream.run(), name="docmultilock-wakeup"
+            # In a context of its own: the task serves every waiter, so it must not inherit
+            # the first one's context (a ``pymongo.timeout()`` deadline above all).
+            loop = asyncio.get_running_loop()
+            stream.task = contextvars.Context().run(
+                loop.create_task, stream.run(), name="docmultilock-wakeup"
             )
         event = asyncio.Event()
         interest = Interest(document_id, exclusive, event.set)

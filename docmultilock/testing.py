@@ -44,11 +44,14 @@ URI_VARIABLE = "DOCMULTILOCK_MONGODB_URI"
 #: server's stdin) and stops the server at end of file, which comes when the parent closes
 #: it or dies in any way (the kernel closes a dead process's files, even after SIGKILL).
 _PARENT_WATCH = """\
-import os, signal, sys, threading
+import os, signal, sys, threading, time
 def _watch_parent():
     while sys.stdin.buffer.read(1):
         pass
     os.kill(os.getpid(), signal.SIGTERM)
+    # A server caught starting up or shutting down can miss its SIGTERM: end it anyway.
+    time.sleep(5)
+    os._exit(1)
 threading.Thread(target=_watch_parent, name="parent-watch", daemon=True).start()
 """
 

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pymongo
 import pytest
 from pymongo.collection import Collection
 
-from docmultilock import LockAlreadyTaken, LockTimeout, WriteLock
+from docmultilock import (
+    AssertiveLock,
+    AsyncWriteLock,
+    LockAlreadyTaken,
+    LockNotFound,
+    LockTimeout,
+    MultiLock,
+    WriteLock,
+)
 from docmultilock._changes import Interest, Interests
 from docmultilock._flows import Clock
 from docmultilock._wakeup import WATCHERS, AsyncWatchers
@@ -197,6 +208,84 @@ def test_a_newcomer_cannot_pass_a_fair_line(
         pass
     waiter.join()
     assert waiter.granted is not None
+
+
+def test_a_fair_reader_behind_a_pending_writer_does_not_hold_it_up(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    # The fair reader queues behind the pending writer and waits for it; the writer must
+    # not wait for the reader in turn (each would hold the other until one gave up).
+    locks = make_lock(MultiLock, collection)
+    reader = locks.acquire(doc, tag="read")
+    with pytest.raises(AssertiveLock) as pending:
+        locks.acquire(doc, tag="write")
+    fair_reader = Waiter(
+        make_lock(MultiLock, collection), doc, tag="read", wait=30.0, wake="poll", fair=True
+    )
+    wait_until(lambda: len(stored_lock(collection)["holders"]) == 3)
+    locks.release(doc, reader)
+    writer = locks.acquire(doc, lock=pending.value.lock)
+    assert not writer.pending
+    locks.release(doc, writer)
+    fair_reader.join()
+    assert fair_reader.granted is not None
+
+
+def test_a_dropped_collection_does_not_stall_its_waiters(
+    two: Any, collection: Collection[Doc], doc: Doc, open_streams: Callable[[], int]
+) -> None:
+    # Dropping the collection invalidates its stream for good: it must start afresh
+    # (waking its waiters), never spin on a stream that returns nothing.
+    holder, waiting = two
+    with contextlib.ExitStack() as holding:
+        holding.enter_context(holder.hold(doc))
+        waiter = Waiter(waiting, doc, wait=30.0, backoff=(0.1, 0.25))
+        wait_until(lambda: open_streams() == 1)
+        time.sleep(0.3)
+        collection.drop()
+        collection.insert_one({"_id": 1})  # the document again, unlocked
+        with pytest.raises(LockNotFound):  # the holder's lock went with the collection
+            holding.close()
+    waiter.join()
+    assert waiter.granted is not None
+    wait_until(lambda: open_streams() == 0)
+
+
+def test_one_failed_opening_of_a_stream_is_tried_again(
+    two: Any, doc: Doc, fail_point: Callable[..., None], open_streams: Callable[[], int]
+) -> None:
+    # A transient error (here a not-primary answer) is no server without change streams.
+    holder, waiting = two
+    waiting._clock = NO_SLEEP
+    fail_point(times=1, commands=("aggregate",), errorCode=10107)
+    with holder.hold(doc):
+        waiter = Waiter(waiting, doc, wait=60.0, backoff=(20.0, 20.0))
+        wait_until(lambda: open_streams() == 1)
+        time.sleep(0.6)  # refused, the first opening failed, the second one watches
+        released = time.monotonic()
+    waiter.join()
+    assert waiter.granted is not None
+    assert waiter.granted - released < 2.0
+
+
+def test_the_shared_tasks_do_not_inherit_a_waiters_operation_timeout(
+    collection: Collection[Doc], doc: Doc, twins: Twins
+) -> None:
+    # The first holder's pymongo.timeout() must not become the deadline of the loop's
+    # keep-alive and change-stream tasks, which serve every holder after it.
+    orders = twins.of(collection)
+
+    async def hold_past_an_outer_deadline() -> bool:
+        locks = AsyncWriteLock(orders, lock_timeout=0.9)
+        with pymongo.timeout(0.5):
+            held_context = locks.hold(doc, keepalive=True)
+            held = await held_context.__aenter__()
+        await asyncio.sleep(2.5)  # renewed about every 0.3 s, well past the 0.5 s deadline
+        lost = held.lost.is_set()
+        await held_context.__aexit__(None, None, None)
+        return lost
+
+    assert twins.portal.call(hold_past_an_outer_deadline()) is False
 
 
 # -- whom an event wakes (no server) ------------------------------------------------------
