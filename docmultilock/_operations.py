@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
 from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
-from docmultilock._core import Home, LockCore, Verdicts
+from docmultilock._core import Command, Home, LockCore, Verdicts
 from docmultilock._events import Emitter, EventKind, LockListener
 from docmultilock._failures import translate
 from docmultilock._flows import Clock, Flow, MakeTtlIndex, Sent, ServerTime, aggregate, send
@@ -232,32 +233,27 @@ class LockOperations:
         sent = Sent(unsure=ledger.was_unsure(held.id))
         started = clock.monotonic()
         retrying = self.events.retrying(user_filter, held.tag, started, clock.monotonic)
+
+        def sending(command: Command) -> Flow[Mapping[str, Any] | None]:
+            # Both commands of a release share its deadline and its record of lost replies.
+            return send(
+                command,
+                doing="release",
+                w=concern,
+                limit=limit,
+                clock=clock,
+                sent=sent,
+                on_retry=retrying,
+            )
+
         try:
             deleting = self.core.release_by_delete(target, lock=held)
             deleted = False
             if deleting is not None:
-                reply = yield from send(
-                    deleting.command,
-                    doing="release",
-                    w=concern,
-                    limit=limit,
-                    clock=clock,
-                    sent=sent,
-                    on_retry=retrying,
-                )
-                deleted = deleting.read(reply)
+                deleted = deleting.read((yield from sending(deleting.command)))
             if not deleted:
                 plan = self.core.release(target, user_filter=user_filter, lock=held)
-                reply = yield from send(
-                    plan.command,
-                    doing="release",
-                    w=concern,
-                    limit=limit,
-                    clock=clock,
-                    sent=sent,
-                    on_retry=retrying,
-                )
-                plan.read(reply)
+                plan.read((yield from sending(plan.command)))
         except DbError:
             ledger.release_unsure(held.id)
             raise
