@@ -18,9 +18,9 @@ from docmultilock import (
     AssertiveLock,
     AsyncWriteLock,
     LockAlreadyTaken,
-    LockNotFound,
     LockTimeout,
     MultiLock,
+    ResourceNotFound,
     WriteLock,
 )
 from docmultilock._changes import Interest, Interests
@@ -231,23 +231,25 @@ def test_a_fair_reader_behind_a_pending_writer_does_not_hold_it_up(
     assert fair_reader.granted is not None
 
 
-def test_a_dropped_collection_does_not_stall_its_waiters(
+def test_a_dropped_collection_wakes_its_waiters_and_closes_its_stream(
     two: Any, collection: Collection[Doc], doc: Doc, open_streams: Callable[[], int]
 ) -> None:
-    # Dropping the collection invalidates its stream for good: it must start afresh
-    # (waking its waiters), never spin on a stream that returns nothing.
+    # Dropping the collection invalidates its stream for good: it must start afresh,
+    # waking its waiters (here before any backoff), never spin on a stream that returns
+    # nothing. The woken waiter finds the document gone.
     holder, waiting = two
+    waiting._clock = NO_SLEEP
     with contextlib.ExitStack() as holding:
         holding.enter_context(holder.hold(doc))
-        waiter = Waiter(waiting, doc, wait=30.0, backoff=(0.1, 0.25))
+        waiter = Waiter(waiting, doc, wait=60.0, backoff=(20.0, 20.0))
         wait_until(lambda: open_streams() == 1)
-        time.sleep(0.3)
+        time.sleep(0.3)  # refused, then waiting on its stream
         collection.drop()
-        collection.insert_one({"_id": 1})  # the document again, unlocked
-        with pytest.raises(LockNotFound):  # the holder's lock went with the collection
+        with pytest.raises(ResourceNotFound):  # the holder's lock went with the document
             holding.close()
-    waiter.join()
-    assert waiter.granted is not None
+    with pytest.raises(ResourceNotFound):
+        waiter.join()
+    assert waiter.granted is None
     wait_until(lambda: open_streams() == 0)
 
 
