@@ -11,11 +11,16 @@ bytes. A waiter is woken when an event shows a place may have opened:
 
 * the document was deleted (a named lock's last release), or none of its entries is
   granted any more (a release, or a refused attempt that pruned an expired holder);
-* in a fair line (``hold(fair=True)``), only the head of the line is woken: the waiter
-  with no pending entry ahead of its own;
-* of a process's waiters for a tag that excludes itself, only the one waiting longest is
-  woken, as one release lets one of them in; if it leaves before it could try, the wake
-  passes to the next.
+* a waiter with a pending entry (an assertive lock waiting for tags to drain) is woken
+  by every such change, as its entry may be granted now; in a fair line
+  (``hold(fair=True)``), only the head of the line is: the waiter with no pending entry
+  ahead of its own;
+* of a process's other waiters for a tag that excludes itself, only the one waiting
+  longest is woken, as one release lets one of them in; if it leaves before it could
+  try, the wake passes to the next;
+* a waiter that starts watching a document the stream already follows, while the last
+  change seen there left it free, is woken at once: the release may have come between
+  its refused attempt and its watch, and no later event would tell it.
 
 A grant, a renewal, a pending entry's continuation wake nobody. Whatever this misses (an
 entry that expired unnoticed, an event lost with a broken stream) the waiter's slower
@@ -43,7 +48,8 @@ class Interest:
     def __init__(self, document_id: Any, exclusive: bool, notify: Callable[[], None]) -> None:
         self.document_id = document_id
         self.exclusive = exclusive
-        self.entry: str | None = None  # our pending entry's id in a fair line
+        self.entry: str | None = None  # our pending entry's id
+        self.fair = False  # the entry holds a place in a fair line
         self.woken = False
         self.arrival = next(_arrivals)
         self._notify = notify
@@ -96,20 +102,28 @@ class Interests:
     def __init__(self, field: str) -> None:
         self.field = field
         self._all: list[Interest] = []
+        # The watched documents the last change seen left free (a list: an ``_id`` may be
+        # a document, which Python cannot hash).
+        self._free: list[Any] = []
 
     def __bool__(self) -> bool:
         return bool(self._all)
 
     def add(self, interest: Interest) -> None:
         self._all.append(interest)
+        if interest.document_id in self._free:
+            interest.wake()
 
     def remove(self, interest: Interest) -> None:
         """Forget ``interest``; a wake it did not take passes to the next in line."""
         if interest not in self._all:
             return
         self._all.remove(interest)
+        others = self._of(interest.document_id)
+        if not others and interest.document_id in self._free:
+            self._free.remove(interest.document_id)
         if interest.woken and interest.exclusive:
-            for other in self._of(interest.document_id):
+            for other in others:
                 if other.exclusive and other.entry is None:
                     other.wake()
                     break
@@ -134,13 +148,22 @@ class Interests:
         if not isinstance(key, Mapping) or "_id" not in key:
             return
         entries = _entries(change, self.field)
-        if entries is not None and any(h.get("pending") is False for h in entries):
-            return  # still held: nobody can get in yet
+        waiting = self._of(key["_id"])
+        if not waiting:
+            return
+        held = entries is not None and any(h.get("pending") is False for h in entries)
+        if held:
+            if key["_id"] in self._free:
+                self._free.remove(key["_id"])
+            return  # nobody can get in yet
+        if key["_id"] not in self._free:
+            self._free.append(key["_id"])
         line = [h.get("id") for h in entries or () if h.get("pending")]
         exclusive_woken = False
-        for interest in self._of(key["_id"]):
+        for interest in waiting:
             if interest.entry is not None:
-                if interest.entry not in line or line.index(interest.entry) == 0:
+                # A pending entry may be granted now; in a fair line, only the head's.
+                if not interest.fair or interest.entry not in line[1:]:
                     interest.wake()
             elif interest.exclusive:
                 if not exclusive_woken:

@@ -132,12 +132,14 @@ class WaitChange:
 
     Gets ``True`` (woken by a change, or one may have been missed), ``False`` (the time ran
     out), or ``None`` (change streams turned out unavailable: nothing was waited, poll).
-    ``entry`` is our pending entry's id in a fair line: only the head of the line is woken.
+    ``entry`` is our pending entry's id, if we have one: a change that may let it in wakes
+    us; ``fair`` says it holds a place in a fair line, where only the head is woken.
     """
 
     watch: Any
     seconds: float
     entry: str | None = None
+    fair: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,9 +236,11 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                     wake = watch is not None  # None: no change stream here; poll from now on
             if watch is not None:
                 low, high = spec.backoff.high, spec.backoff.high * SAFETY_NET
-                entry = pending.id if spec.fair and pending is not None else None
                 woke = yield WaitChange(
-                    watch, min(_renewal(clock.uniform(low, high), pending, spec), left), entry
+                    watch,
+                    min(_renewal(clock.uniform(low, high), pending, spec), left),
+                    None if pending is None else pending.id,
+                    spec.fair,
                 )
                 if woke is not None:
                     continue

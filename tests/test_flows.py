@@ -416,6 +416,17 @@ def test_with_wake_a_refused_waiter_watches_its_document_and_retries_when_woken(
     assert waited.seconds == 0.4 * SAFETY_NET  # the safety net: slower than the backoff
 
 
+def test_a_waiter_with_a_pending_entry_waits_for_changes_under_its_id() -> None:
+    # The stream then wakes it whenever its entry may be granted (``_changes``).
+    ops = rw_ops()
+    pending = reply(entry(pending=True), tags=("read",))
+    script = Script([pending, "watch", True, reply(entry()), None])
+    script.run(wait_flow(ops, _spec(ops, tag="write", wait=5.0, wake="changes"), script.clock))
+    waited = script.effects[2]
+    assert isinstance(waited, WaitChange)
+    assert (waited.entry, waited.fair) == (LOCK_ID, False)
+
+
 def test_without_a_change_stream_the_waiter_polls() -> None:
     ops = write_ops()
     script = Script([reply(tags=("write",)), None, reply(tags=("write",)), reply(entry())])

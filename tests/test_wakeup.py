@@ -336,5 +336,52 @@ def test_a_wake_not_taken_passes_to_the_next_exclusive_waiter() -> None:
 def test_in_a_fair_line_only_its_head_is_woken() -> None:
     head, second = Interest(1, True, lambda: None), Interest(1, True, lambda: None)
     second.entry, head.entry = "b", "a"
+    second.fair = head.fair = True
     _interests(second, head).dispatch(_change(("a", True), ("b", True)))
     assert (head.woken, second.woken) == (True, False)
+
+
+def test_a_pending_entry_is_woken_beside_the_exclusive_waiter_given_the_wake() -> None:
+    # An assertive lock's pending entry may be granted once its tags drained, whoever
+    # else in the process was given the one exclusive wake.
+    refused, pending = Interest(1, True, lambda: None), Interest(1, True, lambda: None)
+    pending.entry = "w"
+    _interests(refused, pending).dispatch(_change(("w", True)))
+    assert (refused.woken, pending.woken) == (True, True)
+
+
+def test_a_newcomer_to_a_document_left_free_is_woken_on_arrival() -> None:
+    # The release may have come between its refused attempt and its watch.
+    interests = _interests(Interest(1, True, lambda: None))
+    interests.dispatch(_change())
+    newcomer = Interest(1, True, lambda: None)
+    interests.add(newcomer)
+    assert newcomer.woken
+
+
+def test_a_newcomer_to_a_document_held_since_its_last_release_is_not_woken() -> None:
+    interests = _interests(Interest(1, True, lambda: None))
+    interests.dispatch(_change())
+    interests.dispatch(_change(("b", False)))
+    newcomer = Interest(1, True, lambda: None)
+    interests.add(newcomer)
+    assert not newcomer.woken
+
+
+def test_what_a_change_left_is_forgotten_with_the_documents_last_waiter() -> None:
+    first = Interest(1, True, lambda: None)
+    interests = _interests(first)
+    interests.dispatch(_change())
+    interests.remove(first)
+    newcomer = Interest(1, True, lambda: None)
+    interests.add(newcomer)  # a document the stream did not follow: its reopening wakes it
+    assert not newcomer.woken
+
+
+def test_a_document_id_python_cannot_hash_is_followed_like_any_other() -> None:
+    key = {"region": "eu", "n": 1}
+    interests = _interests(Interest(key, True, lambda: None))
+    interests.dispatch({**_change(), "documentKey": {"_id": key}})
+    newcomer = Interest(key, True, lambda: None)
+    interests.add(newcomer)
+    assert newcomer.woken

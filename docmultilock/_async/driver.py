@@ -97,7 +97,7 @@ class AsyncMongoIO:
                 self.collection, effect.field, effect.document_id, effect.exclusive
             )
         if isinstance(effect, WaitChange):
-            return await effect.watch.wait(effect.seconds, effect.entry)
+            return await effect.watch.wait(effect.seconds, effect.entry, effect.fair)
         if isinstance(effect, Unwatch):
             effect.watch.close()
             return None

@@ -99,7 +99,7 @@ class MongoIO:
                 self.collection, effect.field, effect.document_id, effect.exclusive
             )
         if isinstance(effect, WaitChange):
-            return effect.watch.wait(effect.seconds, effect.entry)
+            return effect.watch.wait(effect.seconds, effect.entry, effect.fair)
         if isinstance(effect, Unwatch):
             effect.watch.close()
             return None
