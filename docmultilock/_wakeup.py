@@ -229,7 +229,15 @@ class Watchers:
             interest = Interest(document_id, exclusive, event.set)
             stream.interests.add(interest)
         if start:
-            stream.thread.start()
+            try:
+                stream.thread.start()
+            except RuntimeError as exc:  # no thread to be had (a limit on threads): poll
+                log.debug("no change-stream thread for %s (%r): waiters poll", key[1], exc)
+                with self.lock:
+                    stream.unavailable = True  # whoever joined it meanwhile polls too
+                    if self.streams.get(key) is stream:
+                        del self.streams[key]
+                return None
         return Subscription(stream, interest, event)
 
     def open_streams(self) -> int:

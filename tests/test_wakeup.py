@@ -253,6 +253,27 @@ def test_a_dropped_collection_wakes_its_waiters_and_closes_its_stream(
     wait_until(lambda: open_streams() == 0)
 
 
+def test_without_a_thread_for_the_stream_the_waiter_polls_and_nothing_is_left_open(
+    collection: Collection[Doc], doc: Doc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process at its limit of threads cannot start the stream's thread (sync only).
+    start = threading.Thread.start
+
+    def refuse_the_streams(thread: threading.Thread) -> None:
+        if thread.name == "docmultilock-wakeup":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_the_streams)
+    holder, waiting = WriteLock(collection), WriteLock(collection)
+    with holder.hold(doc):
+        waiter = Waiter(waiting, doc, wait=30.0, backoff=(0.05, 0.1))
+        time.sleep(0.3)
+    waiter.join()
+    assert waiter.granted is not None
+    assert WATCHERS.open_streams() == 0
+
+
 def test_one_failed_opening_of_a_stream_is_tried_again(
     two: Any, doc: Doc, fail_point: Callable[..., None], open_streams: Callable[[], int]
 ) -> None:
