@@ -22,9 +22,11 @@ bytes. A waiter is woken when an event shows a place may have opened:
   change seen there left it free, is woken at once: the release may have come between
   its refused attempt and its watch, and no later event would tell it.
 
-A grant, a renewal, a pending entry's continuation wake nobody. Whatever this misses (an
-entry that expired unnoticed, an event lost with a broken stream) the waiter's slower
-backoff finds, so a wake is an optimisation, never the only way to the lock.
+A grant wakes nobody, nor does a change that leaves the entries' ids and pending flags as
+the last one did (a renewal, a pending entry continued): a waiter woken by its own
+renewal would retry at once, again and again. Whatever this misses (an entry that
+expired unnoticed, an event lost with a broken stream) the waiter's slower backoff finds,
+so a wake is an optimisation, never the only way to the lock.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from bson import encode
 
 __all__ = ["MAX_AWAIT_MS", "Interest", "Interests", "stream_pipeline"]
 
@@ -42,11 +46,21 @@ MAX_AWAIT_MS = 100
 _arrivals = itertools.count()
 
 
+def _key(document_id: Any) -> bytes:
+    """``document_id`` as BSON bytes: equal where MongoDB's ``_id``s are.
+
+    Python calls ``1`` and ``True`` equal, and ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}``;
+    MongoDB tells both pairs apart. Every id here comes from the server, typed as stored.
+    """
+    return encode({"_id": document_id})
+
+
 class Interest:
     """One waiter's watch of one document; ``woken`` until the waiter takes the wake."""
 
     def __init__(self, document_id: Any, exclusive: bool, notify: Callable[[], None]) -> None:
         self.document_id = document_id
+        self.key = _key(document_id)
         self.exclusive = exclusive
         self.entry: str | None = None  # our pending entry's id
         self.fair = False  # the entry holds a place in a fair line
@@ -65,12 +79,15 @@ class Interest:
 
 
 def stream_pipeline(field: str, ids: list[Any]) -> list[dict[str, Any]]:
-    """The change stream's pipeline: writes to ``ids``, projected to the lock's entries."""
+    """The change stream's pipeline: writes to ``ids``, projected to the lock's entries.
+
+    Inserts too: a named lock's document is created again by the acquire after a deletion.
+    """
     holders = f"fullDocument.{field}.holders"
     return [
         {
             "$match": {
-                "operationType": {"$in": ["update", "replace", "delete"]},
+                "operationType": {"$in": ["insert", "update", "replace", "delete"]},
                 "documentKey._id": {"$in": ids},
             }
         },
@@ -83,6 +100,11 @@ def stream_pipeline(field: str, ids: list[Any]) -> list[dict[str, Any]]:
             }
         },
     ]
+
+
+#: What a change left on a document, as far as waking goes: its entries' ids and pending
+#: flags in order, ``None`` when it is gone or holds none.
+_Seen = tuple[tuple[Any, Any], ...] | None
 
 
 def _entries(change: Mapping[str, Any], field: str) -> list[Mapping[str, Any]] | None:
@@ -102,16 +124,15 @@ class Interests:
     def __init__(self, field: str) -> None:
         self.field = field
         self._all: list[Interest] = []
-        # The watched documents the last change seen left free (a list: an ``_id`` may be
-        # a document, which Python cannot hash).
-        self._free: list[Any] = []
+        # Per watched document (by key), what the last change seen left there.
+        self._seen: dict[bytes, _Seen] = {}
 
     def __bool__(self) -> bool:
         return bool(self._all)
 
     def add(self, interest: Interest) -> None:
         self._all.append(interest)
-        if interest.document_id in self._free:
+        if interest.key in self._seen and _free(self._seen[interest.key]):
             interest.wake()
 
     def remove(self, interest: Interest) -> None:
@@ -119,9 +140,9 @@ class Interests:
         if interest not in self._all:
             return
         self._all.remove(interest)
-        others = self._of(interest.document_id)
-        if not others and interest.document_id in self._free:
-            self._free.remove(interest.document_id)
+        others = self._of(interest.key)
+        if not others:
+            self._seen.pop(interest.key, None)
         if interest.woken and interest.exclusive:
             for other in others:
                 if other.exclusive and other.entry is None:
@@ -130,35 +151,38 @@ class Interests:
 
     def ids(self) -> list[Any]:
         """The documents waited for, each once, in a stable order."""
-        ids: list[Any] = []
+        ids: dict[bytes, Any] = {}
         for interest in self._all:
-            if interest.document_id not in ids:
-                ids.append(interest.document_id)
-        return ids
+            ids.setdefault(interest.key, interest.document_id)
+        return list(ids.values())
 
     def wake_all(self, ids: list[Any] | None = None) -> None:
         """Wake every waiter (of ``ids``): an event may have been missed."""
+        keys = None if ids is None else {_key(i) for i in ids}
         for interest in self._all:
-            if ids is None or interest.document_id in ids:
+            if keys is None or interest.key in keys:
                 interest.wake()
+                self._seen.pop(interest.key, None)  # what was seen may be out of date
 
     def dispatch(self, change: Mapping[str, Any]) -> None:
         """Wake whom ``change`` concerns (see the module's rules)."""
-        key = change.get("documentKey")
-        if not isinstance(key, Mapping) or "_id" not in key:
+        document = change.get("documentKey")
+        if not isinstance(document, Mapping) or "_id" not in document:
             return
-        entries = _entries(change, self.field)
-        waiting = self._of(key["_id"])
+        key = _key(document["_id"])
+        waiting = self._of(key)
         if not waiting:
             return
-        held = entries is not None and any(h.get("pending") is False for h in entries)
-        if held:
-            if key["_id"] in self._free:
-                self._free.remove(key["_id"])
+        entries = _entries(change, self.field)
+        seen: _Seen = None
+        if entries is not None:
+            seen = tuple((h.get("id"), h.get("pending")) for h in entries)
+        if key in self._seen and self._seen[key] == seen:
+            return  # only expiries changed (a renewal): nothing opened
+        self._seen[key] = seen
+        if not _free(seen):
             return  # nobody can get in yet
-        if key["_id"] not in self._free:
-            self._free.append(key["_id"])
-        line = [h.get("id") for h in entries or () if h.get("pending")]
+        line = [i for i, pending in seen or () if pending]
         exclusive_woken = False
         for interest in waiting:
             if interest.entry is not None:
@@ -172,5 +196,10 @@ class Interests:
             else:
                 interest.wake()
 
-    def _of(self, document_id: Any) -> list[Interest]:
-        return [i for i in self._all if i.document_id == document_id]
+    def _of(self, key: bytes) -> list[Interest]:
+        return [i for i in self._all if i.key == key]
+
+
+def _free(seen: _Seen) -> bool:
+    """True when no entry is granted: the document is gone, empty, or only waited on."""
+    return seen is None or not any(pending is False for _, pending in seen)

@@ -231,12 +231,15 @@ class Watchers:
         if start:
             try:
                 stream.thread.start()
-            except RuntimeError as exc:  # no thread to be had (a limit on threads): poll
-                log.debug("no change-stream thread for %s (%r): waiters poll", key[1], exc)
+            except Exception as exc:  # no thread to be had (a limit on threads): poll
                 with self.lock:
                     stream.unavailable = True  # whoever joined it meanwhile polls too
+                    stream.interests.wake_all()
                     if self.streams.get(key) is stream:
                         del self.streams[key]
+                if not isinstance(exc, RuntimeError):
+                    raise
+                log.debug("no change-stream thread for %s (%r): waiters poll", key[1], exc)
                 return None
         return Subscription(stream, interest, event)
 

@@ -23,7 +23,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from docmultilock._changes import Interest, Interests
+from docmultilock._changes import Interest, Interests, stream_pipeline
 from docmultilock._flows import Clock
 from docmultilock._wakeup import WATCHERS, AsyncWatchers
 from tests.flavours import MakeLock, Twins
@@ -406,3 +406,48 @@ def test_a_document_id_python_cannot_hash_is_followed_like_any_other() -> None:
     newcomer = Interest(key, True, lambda: None)
     interests.add(newcomer)
     assert newcomer.woken
+
+
+def test_a_waiters_own_renewal_does_not_wake_it_again() -> None:
+    # A pending entry behind another one renews itself with each attempt: woken by its own
+    # write, it would retry at once, again and again, until the one ahead lapsed.
+    behind = Interest(1, True, lambda: None)
+    behind.entry = "b"
+    interests = _interests(behind)
+    interests.dispatch(_change(("a", True), ("b", True)))
+    assert behind.take()
+    interests.dispatch(_change(("a", True), ("b", True)))  # its renewal: expiries only
+    assert not behind.woken
+
+
+def test_a_named_lock_created_again_is_seen_as_held() -> None:
+    # After the last release deleted it, the next acquire inserts the document anew.
+    assert "insert" in _stream_operations()
+    interests = _interests(Interest(1, True, lambda: None))
+    interests.dispatch(_change(op="delete"))
+    interests.dispatch(_change(("b", False), op="insert"))
+    newcomer = Interest(1, True, lambda: None)
+    interests.add(newcomer)
+    assert not newcomer.woken
+
+
+def test_what_a_change_left_is_forgotten_when_events_may_have_been_missed() -> None:
+    interests = _interests(Interest(1, True, lambda: None))
+    interests.dispatch(_change())
+    interests.wake_all()
+    newcomer = Interest(1, True, lambda: None)
+    interests.add(newcomer)
+    assert not newcomer.woken
+
+
+def test_ids_python_calls_equal_are_different_documents_as_in_mongodb() -> None:
+    one, true = Interest(1, True, lambda: None), Interest(True, True, lambda: None)
+    interests = _interests(one, true)
+    assert interests.ids() == [1, True]
+    interests.dispatch(_change())  # a change to document 1
+    assert (one.woken, true.woken) == (True, False)
+
+
+def _stream_operations() -> list[str]:
+    match = stream_pipeline("lock", [1])[0]["$match"]
+    return list(match["operationType"]["$in"])
