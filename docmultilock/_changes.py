@@ -6,11 +6,14 @@ whom each event wakes.
 
 One stream per lock collection (and lock field) per process serves every waiter there. The
 server filters it to the documents being waited for and projects each event down to the
-lock entries' ids and pending flags (looked up after the write), so an event is a few
+lock entries' ids, pending flags and tags (looked up after the write), so an event is a few
 bytes. A waiter is woken when an event shows a place may have opened:
 
-* the document was deleted (a named lock's last release), or none of its entries is
-  granted any more (a release, or a refused attempt that pruned an expired holder);
+* the document was deleted (a named lock's last release), or no entry is left that keeps
+  the waiter out (:class:`Blockers`: a granted entry of a tag its own refuses or waits
+  for, a pending one of a tag that refuses it): a release, or a refused attempt that
+  pruned an expired holder; a reader refused by a pending writer is woken when the
+  writer gives up, though other readers still hold;
 * a waiter with a pending entry (an assertive lock waiting for tags to drain) is woken
   by every such change, as its entry may be granted now; in a fair line
   (``hold(fair=True)``), only the head of the line is: the waiter with no pending entry
@@ -22,22 +25,23 @@ bytes. A waiter is woken when an event shows a place may have opened:
   change seen there left it free, is woken at once: the release may have come between
   its refused attempt and its watch, and no later event would tell it.
 
-A grant wakes nobody, nor does a change that leaves the entries' ids and pending flags as
-the last one did (a renewal, a pending entry continued): a waiter woken by its own
-renewal would retry at once, again and again. Whatever this misses (an entry that
-expired unnoticed, an event lost with a broken stream) the waiter's slower backoff finds,
-so a wake is an optimisation, never the only way to the lock.
+A grant that keeps a waiter out does not wake it, nor does a change that leaves the
+entries' ids, pending flags and tags as the last one did (a renewal, a pending entry
+continued): a waiter woken by its own renewal would retry at once, again and again.
+Whatever this misses (an entry that expired unnoticed, an event lost with a broken
+stream) the waiter's slower backoff finds, so a wake is an optimisation, never the only
+way to the lock.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from bson import encode
 
-__all__ = ["MAX_AWAIT_MS", "Interest", "Interests", "stream_pipeline"]
+__all__ = ["ANY_GRANTED", "MAX_AWAIT_MS", "Blockers", "Interest", "Interests", "stream_pipeline"]
 
 #: How long the server holds a getMore open on an idle stream; a new waiter's document
 #: joins the server-side filter within about this long.
@@ -55,13 +59,41 @@ def _key(document_id: Any) -> bytes:
     return encode({"_id": document_id})
 
 
+class Blockers(NamedTuple):
+    """Which stored entries keep a waiter out, besides its own.
+
+    A granted entry of a ``granted`` tag (``None``: any granted entry), or a pending one of
+    a ``pending`` tag. For a waiter of tag ``t`` (:meth:`of_tag`): granted entries of the
+    tags ``t`` is cooperative or assertive with (they refuse it, or it waits for them to
+    drain), and pending ones of the tags it is cooperative with (they refuse it too).
+    """
+
+    granted: frozenset[str] | None = None
+    pending: frozenset[str] = frozenset()
+
+    @staticmethod
+    def of_tag(cooperative: frozenset[str], assertive: frozenset[str]) -> Blockers:
+        return Blockers(cooperative | assertive, cooperative)
+
+
+#: Any granted entry keeps the waiter out (what a waiter that says no more is told).
+ANY_GRANTED = Blockers()
+
+
 class Interest:
     """One waiter's watch of one document; ``woken`` until the waiter takes the wake."""
 
-    def __init__(self, document_id: Any, exclusive: bool, notify: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        document_id: Any,
+        exclusive: bool,
+        notify: Callable[[], None],
+        blockers: Blockers = ANY_GRANTED,
+    ) -> None:
         self.document_id = document_id
         self.key = _key(document_id)
         self.exclusive = exclusive
+        self.blockers = blockers
         self.entry: str | None = None  # our pending entry's id
         self.fair = False  # the entry holds a place in a fair line
         self.woken = False
@@ -97,14 +129,15 @@ def stream_pipeline(field: str, ids: list[Any]) -> list[dict[str, Any]]:
                 "documentKey": 1,
                 f"{holders}.id": 1,
                 f"{holders}.pending": 1,
+                f"{holders}.tag": 1,
             }
         },
     ]
 
 
-#: What a change left on a document, as far as waking goes: its entries' ids and pending
-#: flags in order, ``None`` when it is gone or holds none.
-_Seen = tuple[tuple[Any, Any], ...] | None
+#: What a change left on a document, as far as waking goes: its entries' ids, pending flags
+#: and tags in order, ``None`` when it is gone or holds none.
+_Seen = tuple[tuple[Any, Any, Any], ...] | None
 
 
 def _entries(change: Mapping[str, Any], field: str) -> list[Mapping[str, Any]] | None:
@@ -132,7 +165,7 @@ class Interests:
 
     def add(self, interest: Interest) -> None:
         self._all.append(interest)
-        if interest.key in self._seen and _free(self._seen[interest.key]):
+        if interest.key in self._seen and not _keeps_out(self._seen[interest.key], interest):
             interest.wake()
 
     def remove(self, interest: Interest) -> None:
@@ -176,15 +209,15 @@ class Interests:
         entries = _entries(change, self.field)
         seen: _Seen = None
         if entries is not None:
-            seen = tuple((h.get("id"), h.get("pending")) for h in entries)
+            seen = tuple((h.get("id"), h.get("pending"), h.get("tag")) for h in entries)
         if key in self._seen and self._seen[key] == seen:
             return  # only expiries changed (a renewal): nothing opened
         self._seen[key] = seen
-        if not _free(seen):
-            return  # nobody can get in yet
-        line = [i for i, pending in seen or () if pending]
+        line = [i for i, pending, _ in seen or () if pending]
         exclusive_woken = False
         for interest in waiting:
+            if _keeps_out(seen, interest):
+                continue
             if interest.entry is not None:
                 # A pending entry may be granted now; in a fair line, only the head's.
                 if not interest.fair or interest.entry not in line[1:]:
@@ -200,6 +233,18 @@ class Interests:
         return [i for i in self._all if i.key == key]
 
 
-def _free(seen: _Seen) -> bool:
-    """True when no entry is granted: the document is gone, empty, or only waited on."""
-    return seen is None or not any(pending is False for _, pending in seen)
+def _keeps_out(seen: _Seen, interest: Interest) -> bool:
+    """True when an entry ``seen`` keeps ``interest`` out (:class:`Blockers`).
+
+    In a fair line the pending entries are the line itself: the head rule decides there.
+    """
+    granted, pending_tags = interest.blockers
+    for entry_id, pending, tag in seen or ():
+        if entry_id == interest.entry:
+            continue
+        if pending is False:
+            if granted is None or tag in granted:
+                return True
+        elif not interest.fair and tag in pending_tags:
+            return True
+    return False

@@ -29,6 +29,7 @@ from bson.errors import InvalidDocument
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from docmultilock import _clock
+from docmultilock._changes import ANY_GRANTED, Blockers
 from docmultilock._core import Command
 from docmultilock._failures import is_transient, translate
 from docmultilock.errors import InvalidArgument
@@ -118,12 +119,14 @@ class Watch:
     """Watch document ``document_id`` for changes to the lock ``field``; get a watch or None.
 
     ``None`` means no change stream here (or none any more): poll with :class:`Sleep`.
-    ``exclusive`` says that one woken waiter of this process is enough per release.
+    ``exclusive`` says that one woken waiter of this process is enough per release;
+    ``blockers``, which entries keep the waiter out (``_changes.Blockers``).
     """
 
     document_id: Any
     field: str
     exclusive: bool
+    blockers: Blockers = ANY_GRANTED
 
 
 @dataclass(frozen=True, slots=True)

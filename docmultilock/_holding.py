@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docmultilock._args import tag_or_only
+from docmultilock._changes import Blockers
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
@@ -232,7 +233,13 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
             if wake and watch is None:
                 document_id = _document_of(pending, last)
                 if document_id is not None:
-                    watch = yield Watch(document_id, ops.core.field, _exclusive(ops, spec.tag))
+                    rules = ops.options.rules
+                    watch = yield Watch(
+                        document_id,
+                        ops.core.field,
+                        _exclusive(ops, spec.tag),
+                        Blockers.of_tag(rules.cooperative[spec.tag], rules.assertive[spec.tag]),
+                    )
                     wake = watch is not None  # None: no change stream here; poll from now on
             if watch is not None:
                 low, high = spec.backoff.high, spec.backoff.high * SAFETY_NET

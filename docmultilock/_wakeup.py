@@ -33,7 +33,14 @@ from typing import Any
 
 from pymongo.errors import OperationFailure, PyMongoError
 
-from docmultilock._changes import MAX_AWAIT_MS, Interest, Interests, stream_pipeline
+from docmultilock._changes import (
+    ANY_GRANTED,
+    MAX_AWAIT_MS,
+    Blockers,
+    Interest,
+    Interests,
+    stream_pipeline,
+)
 
 __all__ = ["AsyncWatchers", "Watchers"]
 
@@ -213,7 +220,12 @@ class Watchers:
         return WATCHERS
 
     def subscribe(
-        self, collection: Any, field: str, document_id: Any, exclusive: bool
+        self,
+        collection: Any,
+        field: str,
+        document_id: Any,
+        exclusive: bool,
+        blockers: Blockers = ANY_GRANTED,
     ) -> Subscription | None:
         """Watch ``document_id`` in ``collection``; ``None`` where no stream can be had."""
         client = collection.database.client
@@ -226,7 +238,7 @@ class Watchers:
             if stream is None:
                 stream = self.streams[key] = _Stream(self, key, collection, field)
             event = threading.Event()
-            interest = Interest(document_id, exclusive, event.set)
+            interest = Interest(document_id, exclusive, event.set, blockers)
             stream.interests.add(interest)
         if start:
             try:
@@ -370,7 +382,12 @@ class AsyncWatchers:
         return watchers
 
     def subscribe(
-        self, collection: Any, field: str, document_id: Any, exclusive: bool
+        self,
+        collection: Any,
+        field: str,
+        document_id: Any,
+        exclusive: bool,
+        blockers: Blockers = ANY_GRANTED,
     ) -> AsyncSubscription | None:
         """Watch ``document_id`` in ``collection``; ``None`` where no stream can be had."""
         client = collection.database.client
@@ -387,7 +404,7 @@ class AsyncWatchers:
                 loop.create_task, stream.run(), name="docmultilock-wakeup"
             )
         event = asyncio.Event()
-        interest = Interest(document_id, exclusive, event.set)
+        interest = Interest(document_id, exclusive, event.set, blockers)
         stream.interests.add(interest)
         return AsyncSubscription(stream, interest, event)
 

@@ -23,7 +23,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from docmultilock._changes import Interest, Interests, stream_pipeline
+from docmultilock._changes import Blockers, Interest, Interests, stream_pipeline
 from docmultilock._flows import Clock
 from docmultilock._wakeup import WATCHERS, AsyncWatchers
 from tests.flavours import MakeLock, Twins
@@ -231,6 +231,25 @@ def test_a_fair_reader_behind_a_pending_writer_does_not_hold_it_up(
     assert fair_reader.granted is not None
 
 
+def test_a_reader_behind_a_writer_that_gives_up_is_woken_though_readers_still_hold(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc, open_streams: Callable[[], int]
+) -> None:
+    locks = make_lock(MultiLock, collection)
+    locks.acquire(doc, tag="read")
+    with pytest.raises(AssertiveLock) as pending:
+        locks.acquire(doc, tag="write")
+    waiting = make_lock(MultiLock, collection)
+    waiting._clock = NO_SLEEP
+    reader = Waiter(waiting, doc, tag="read", wait=60.0, backoff=(20.0, 20.0))
+    wait_until(lambda: open_streams() == 1)
+    time.sleep(0.3)  # refused by the pending writer, then waiting on its stream
+    locks.release(doc, pending.value.lock)  # the writer gives up; the first reader holds on
+    released = time.monotonic()
+    reader.join()
+    assert reader.granted is not None
+    assert reader.granted - released < 2.0  # the safety net would come after 20 s or more
+
+
 def test_a_dropped_collection_wakes_its_waiters_and_closes_its_stream(
     two: Any, collection: Collection[Doc], doc: Doc, open_streams: Callable[[], int]
 ) -> None:
@@ -321,8 +340,9 @@ def _interests(*interests: Interest) -> Interests:
     return made
 
 
-def _change(*holders: tuple[str, bool], op: str = "update") -> Doc:
-    entries = [{"id": i, "pending": p} for i, p in holders]
+def _change(*holders: tuple[str, bool] | tuple[str, bool, str], op: str = "update") -> Doc:
+    """A change event leaving ``holders`` (id, pending, tag: ``write`` unless given)."""
+    entries = [{"id": h[0], "pending": h[1], "tag": (*h, "write")[2]} for h in holders]
     return {
         "operationType": op,
         "documentKey": {"_id": 1},
@@ -451,3 +471,35 @@ def test_ids_python_calls_equal_are_different_documents_as_in_mongodb() -> None:
 def _stream_operations() -> list[str]:
     match = stream_pipeline("lock", [1])[0]["$match"]
     return list(match["operationType"]["$in"])
+
+
+READER = Blockers.of_tag(frozenset({"write"}), frozenset())
+WRITER = Blockers.of_tag(frozenset({"write"}), frozenset({"read"}))
+
+
+def test_a_reader_refused_by_a_pending_writer_is_woken_when_it_gives_up() -> None:
+    # Though other readers still hold: they never kept it out.
+    reader = Interest(1, False, lambda: None, READER)
+    interests = _interests(reader)
+    interests.dispatch(_change(("r1", False, "read"), ("w", True, "write")))
+    assert not reader.woken  # the pending writer refuses it
+    interests.dispatch(_change(("r1", False, "read")))  # the writer gave up
+    assert reader.woken
+
+
+def test_a_pending_writer_is_woken_once_the_readers_drained() -> None:
+    writer = Interest(1, True, lambda: None, WRITER)
+    writer.entry = "w"
+    interests = _interests(writer)
+    interests.dispatch(_change(("r1", False, "read"), ("r2", False, "read"), ("w", True)))
+    interests.dispatch(_change(("r2", False, "read"), ("w", True)))
+    assert not writer.woken  # a reader still holds
+    interests.dispatch(_change(("w", True)))
+    assert writer.woken
+
+
+def test_a_waiter_refused_by_a_fair_line_is_not_woken_while_the_line_waits() -> None:
+    # A non-fair newcomer would only be refused again: the line's entries are pending.
+    newcomer = Interest(1, True, lambda: None, Blockers.of_tag(frozenset({"write"}), frozenset()))
+    _interests(newcomer).dispatch(_change(("a", True), ("b", True)))
+    assert not newcomer.woken

@@ -94,7 +94,7 @@ class AsyncMongoIO:
             return None
         if isinstance(effect, Watch):
             return AsyncWatchers.current().subscribe(
-                self.collection, effect.field, effect.document_id, effect.exclusive
+                self.collection, effect.field, effect.document_id, effect.exclusive, effect.blockers
             )
         if isinstance(effect, WaitChange):
             return await effect.watch.wait(effect.seconds, effect.entry, effect.fair)
