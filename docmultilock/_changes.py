@@ -16,8 +16,7 @@ bytes. A waiter is woken when an event shows a place may have opened:
   writer gives up, though other readers still hold;
 * a waiter with a pending entry (an assertive lock waiting for tags to drain) is woken
   by every such change, as its entry may be granted now; in a fair line
-  (``hold(fair=True)``), only the head of the line is: the waiter with no pending entry
-  ahead of its own;
+  (``hold(fair=True)``), a waiter is woken once no entry ahead of its own is in its way;
 * of a process's other waiters for a tag that excludes itself, only the one waiting
   longest is woken, as one release lets one of them in; if it leaves before it could
   try, the wake passes to the next;
@@ -89,13 +88,15 @@ class Interest:
         exclusive: bool,
         notify: Callable[[], None],
         blockers: Blockers = ANY_GRANTED,
+        entry: str | None = None,
+        fair: bool = False,
     ) -> None:
         self.document_id = document_id
         self.key = _key(document_id)
         self.exclusive = exclusive
         self.blockers = blockers
-        self.entry: str | None = None  # our pending entry's id
-        self.fair = False  # the entry holds a place in a fair line
+        self.entry = entry  # our pending entry's id
+        self.fair = fair  # the entry holds a place in a fair line
         self.woken = False
         self.arrival = next(_arrivals)
         self._notify = notify
@@ -165,6 +166,16 @@ class Interests:
 
     def add(self, interest: Interest) -> None:
         self._all.append(interest)
+        self._judge_again(interest)
+
+    def update(self, interest: Interest, entry: str | None, fair: bool) -> None:
+        """Record ``interest``'s pending entry now; wake it if that lets it in."""
+        if (interest.entry, interest.fair) != (entry, fair):
+            interest.entry, interest.fair = entry, fair
+            self._judge_again(interest)
+
+    def _judge_again(self, interest: Interest) -> None:
+        # By the last change seen: a release may have come before this waiter watched it.
         if interest.key in self._seen and not _keeps_out(self._seen[interest.key], interest):
             interest.wake()
 
@@ -177,8 +188,9 @@ class Interests:
         if not others:
             self._seen.pop(interest.key, None)
         if interest.woken and interest.exclusive:
+            seen = self._seen.get(interest.key)
             for other in others:
-                if other.exclusive and other.entry is None:
+                if other.exclusive and other.entry is None and not _keeps_out(seen, other):
                     other.wake()
                     break
 
@@ -213,21 +225,15 @@ class Interests:
         if key in self._seen and self._seen[key] == seen:
             return  # only expiries changed (a renewal): nothing opened
         self._seen[key] = seen
-        line = [i for i, pending, _ in seen or () if pending]
         exclusive_woken = False
         for interest in waiting:
             if _keeps_out(seen, interest):
                 continue
-            if interest.entry is not None:
-                # A pending entry may be granted now; in a fair line, only the head's.
-                if not interest.fair or interest.entry not in line[1:]:
-                    interest.wake()
-            elif interest.exclusive:
-                if not exclusive_woken:
-                    interest.wake()
-                    exclusive_woken = True
-            else:
-                interest.wake()
+            if interest.exclusive and interest.entry is None:
+                if exclusive_woken:
+                    continue  # one release lets one in
+                exclusive_woken = True
+            interest.wake()
 
     def _of(self, key: bytes) -> list[Interest]:
         return [i for i in self._all if i.key == key]
@@ -236,14 +242,24 @@ class Interests:
 def _keeps_out(seen: _Seen, interest: Interest) -> bool:
     """True when an entry ``seen`` keeps ``interest`` out (:class:`Blockers`).
 
-    In a fair line the pending entries are the line itself: the head rule decides there.
+    In a fair line the pending entries are the line itself: those ahead of ours are in
+    the way as granted ones are (when of a tag ours refuses or waits for), those behind
+    never are, as the server decides (``_pipeline._tags_in_the_way``).
     """
-    granted, pending_tags = interest.blockers
-    for entry_id, pending, tag in seen or ():
+    entries = seen or ()
+    granted_tags, pending_tags = interest.blockers
+    in_line = interest.fair and any(entry[0] == interest.entry for entry in entries)
+    ahead = True
+    for entry_id, pending, tag in entries:
         if entry_id == interest.entry:
+            ahead = False
             continue
+        in_the_way = granted_tags is None or tag in granted_tags
         if pending is False:
-            if granted is None or tag in granted:
+            if in_the_way:
+                return True
+        elif in_line:
+            if ahead and in_the_way:
                 return True
         elif not interest.fair and tag in pending_tags:
             return True

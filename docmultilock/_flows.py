@@ -120,13 +120,16 @@ class Watch:
 
     ``None`` means no change stream here (or none any more): poll with :class:`Sleep`.
     ``exclusive`` says that one woken waiter of this process is enough per release;
-    ``blockers``, which entries keep the waiter out (``_changes.Blockers``).
+    ``blockers``, which entries keep the waiter out (``_changes.Blockers``); ``entry``
+    and ``fair`` as in :class:`WaitChange`, known from the start.
     """
 
     document_id: Any
     field: str
     exclusive: bool
     blockers: Blockers = ANY_GRANTED
+    entry: str | None = None
+    fair: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,6 +239,8 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                         ops.core.field,
                         _exclusive(ops, spec.tag),
                         Blockers.of_tag(rules.cooperative[spec.tag], rules.assertive[spec.tag]),
+                        None if pending is None else pending.id,
+                        spec.fair,
                     )
                     wake = watch is not None  # None: no change stream here; poll from now on
             if watch is not None:

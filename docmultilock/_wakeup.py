@@ -33,14 +33,8 @@ from typing import Any
 
 from pymongo.errors import OperationFailure, PyMongoError
 
-from docmultilock._changes import (
-    ANY_GRANTED,
-    MAX_AWAIT_MS,
-    Blockers,
-    Interest,
-    Interests,
-    stream_pipeline,
-)
+from docmultilock._changes import MAX_AWAIT_MS, Interest, Interests, stream_pipeline
+from docmultilock._flows import Watch
 
 __all__ = ["AsyncWatchers", "Watchers"]
 
@@ -58,6 +52,12 @@ _NO_STREAMS = frozenset({13, 59, 115, 40324, 40573})
 #: Failed attempts to open a stream that never opened, after which the collection's
 #: waiters poll even though no error said streams are unsupported.
 _OPEN_ATTEMPTS = 5
+
+
+def _interest(watch: Watch, notify: Callable[[], None]) -> Interest:
+    return Interest(
+        watch.document_id, watch.exclusive, notify, watch.blockers, watch.entry, watch.fair
+    )
 
 
 class _Invalidated(Exception):
@@ -119,7 +119,7 @@ class Subscription:
         with stream.lock:
             if stream.unavailable:
                 return None
-            self._interest.entry, self._interest.fair = entry, fair
+            stream.interests.update(self._interest, entry, fair)
         self._event.wait(seconds)
         with stream.lock:
             self._event.clear()
@@ -219,15 +219,9 @@ class Watchers:
         """The process's watchers."""
         return WATCHERS
 
-    def subscribe(
-        self,
-        collection: Any,
-        field: str,
-        document_id: Any,
-        exclusive: bool,
-        blockers: Blockers = ANY_GRANTED,
-    ) -> Subscription | None:
-        """Watch ``document_id`` in ``collection``; ``None`` where no stream can be had."""
+    def subscribe(self, collection: Any, watch: Watch) -> Subscription | None:
+        """Watch ``watch.document_id`` in ``collection``; ``None`` where no stream can be had."""
+        field = watch.field
         client = collection.database.client
         key = (id(client), collection.full_name, field)
         with self.lock:
@@ -238,7 +232,7 @@ class Watchers:
             if stream is None:
                 stream = self.streams[key] = _Stream(self, key, collection, field)
             event = threading.Event()
-            interest = Interest(document_id, exclusive, event.set, blockers)
+            interest = _interest(watch, event.set)
             stream.interests.add(interest)
         if start:
             try:
@@ -281,7 +275,7 @@ class AsyncSubscription:
         """Sleep up to ``seconds`` unless woken; ``None`` when there is no stream to wait on."""
         if self._stream.unavailable:
             return None
-        self._interest.entry, self._interest.fair = entry, fair
+        self._stream.interests.update(self._interest, entry, fair)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), seconds)
         self._event.clear()
@@ -381,15 +375,9 @@ class AsyncWatchers:
             watchers = _LOOP_WATCHERS[loop] = AsyncWatchers()
         return watchers
 
-    def subscribe(
-        self,
-        collection: Any,
-        field: str,
-        document_id: Any,
-        exclusive: bool,
-        blockers: Blockers = ANY_GRANTED,
-    ) -> AsyncSubscription | None:
-        """Watch ``document_id`` in ``collection``; ``None`` where no stream can be had."""
+    def subscribe(self, collection: Any, watch: Watch) -> AsyncSubscription | None:
+        """Watch ``watch.document_id`` in ``collection``; ``None`` where no stream can be had."""
+        field = watch.field
         client = collection.database.client
         if (client, collection.full_name) in self.unavailable:
             return None
@@ -404,7 +392,7 @@ class AsyncWatchers:
                 loop.create_task, stream.run(), name="docmultilock-wakeup"
             )
         event = asyncio.Event()
-        interest = Interest(document_id, exclusive, event.set, blockers)
+        interest = _interest(watch, event.set)
         stream.interests.add(interest)
         return AsyncSubscription(stream, interest, event)
 

@@ -503,3 +503,33 @@ def test_a_waiter_refused_by_a_fair_line_is_not_woken_while_the_line_waits() -> 
     newcomer = Interest(1, True, lambda: None, Blockers.of_tag(frozenset({"write"}), frozenset()))
     _interests(newcomer).dispatch(_change(("a", True), ("b", True)))
     assert not newcomer.woken
+
+
+def test_a_waiter_whose_own_entry_is_all_that_is_left_is_woken_on_arrival() -> None:
+    interests = _interests(Interest(1, True, lambda: None))
+    interests.dispatch(_change(("w", True)))  # the readers it waited for left
+    writer = Interest(1, True, lambda: None, WRITER, entry="w")
+    interests.add(writer)
+    assert writer.woken
+
+
+def test_a_waiter_is_woken_when_it_names_its_entry_after_the_change() -> None:
+    writer = Interest(1, True, lambda: None, WRITER)
+    interests = _interests(writer)
+    interests.dispatch(_change(("w", True)))
+    assert not writer.woken  # a pending writer it does not know as its own
+    interests.update(writer, "w", False)
+    assert writer.woken
+
+
+def test_fair_readers_in_line_together_are_woken_together() -> None:
+    # The server grants both once the writer ahead released: neither is in the other's way.
+    first, second = (Interest(1, False, lambda: None, READER, entry=e, fair=True) for e in "ab")
+    _interests(first, second).dispatch(_change(("a", True, "read"), ("b", True, "read")))
+    assert (first.woken, second.woken) == (True, True)
+
+
+def test_a_fair_writer_behind_a_fair_reader_waits_for_it() -> None:
+    writer = Interest(1, True, lambda: None, WRITER, entry="w", fair=True)
+    _interests(writer).dispatch(_change(("a", True, "read"), ("w", True)))
+    assert not writer.woken

@@ -93,9 +93,7 @@ class AsyncMongoIO:
                 )
             return None
         if isinstance(effect, Watch):
-            return AsyncWatchers.current().subscribe(
-                self.collection, effect.field, effect.document_id, effect.exclusive, effect.blockers
-            )
+            return AsyncWatchers.current().subscribe(self.collection, effect)
         if isinstance(effect, WaitChange):
             return await effect.watch.wait(effect.seconds, effect.entry, effect.fair)
         if isinstance(effect, Unwatch):

@@ -95,9 +95,7 @@ class MongoIO:
                 )
             return None
         if isinstance(effect, Watch):
-            return Watchers.current().subscribe(
-                self.collection, effect.field, effect.document_id, effect.exclusive, effect.blockers
-            )
+            return Watchers.current().subscribe(self.collection, effect)
         if isinstance(effect, WaitChange):
             return effect.watch.wait(effect.seconds, effect.entry, effect.fair)
         if isinstance(effect, Unwatch):
