@@ -295,13 +295,14 @@ def _continued_decision(
     """The decision for a pending lock continued by its id (``$$create`` false), or created.
 
     ``others`` (every entry but ours) is computed only by the refusal that keeps it.
+    Refusals and waits look at what stands in our way (``$$btags``): every granted entry,
+    and every pending one *ahead* of ours; one behind us queued after us.
 
     With ``fair`` (hand-off in arrival order), a refusal becomes a pending entry that holds
     a place in line. Entries keep their order in ``holders`` (new ones are appended,
-    renewals map in place), so the array is the line. What stands in our way (``$$btags``)
-    is every granted entry, and every pending one *ahead* of ours: a newcomer is behind
-    them all, so it cannot pass anyone who queued before it; a waiter is granted once
-    nothing before it conflicts. A waiting entry is an ordinary pending entry, renewed by
+    renewals map in place), so the array is the line: a newcomer is behind them all, so
+    it cannot pass anyone who queued before it; a waiter is granted once nothing before it
+    conflicts. A waiting entry is an ordinary pending entry, renewed by
     each attempt and pruned at its expiry like any other, so a dead waiter holds up the
     line for one lifetime at most.
     """
@@ -331,8 +332,10 @@ def _continued_decision(
     # Already held (a continued lock that was granted meanwhile): unchanged.
     branches: list[tuple[Expr, Expr]] = [("$$held", unchanged)]
     if rules.cooperative[tag] and not fair:
-        # A cooperative tag is live: refuse, dropping our pending entry if we had one.
-        met = _tags_met("$$otags", rules.cooperative[tag])
+        # A cooperative tag is held, or pending ahead of us: refuse, dropping our pending
+        # entry if we had one. Not one pending behind us: it queued after us (a fair
+        # waiter), so it waits for us rather than taking our place.
+        met = _tags_met("$$btags", rules.cooperative[tag])
         branches.append((met, {"h": others, "f": "$$fence0"}))
     # Continuing a lock that is gone (or whose stored tag is another): record nothing.
     gone = {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}
@@ -350,15 +353,11 @@ def _continued_decision(
         # (waiting for it in turn would hold both until one gave up).
         branches.append((_tags_met("$$btags", rules.assertive[tag]), wait))
     mine = {"$filter": {"input": "$$live", "as": "h", "cond": _is_ours("$$h")}}
-    # The other entries' tags, ours made null (in one pass).
-    otags = {
-        "$map": {"input": "$$live", "as": "h", "in": {"$cond": [_is_ours("$$h"), None, "$$h.tag"]}}
-    }
     decision = _first(branches, grant)
-    if fair or rules.assertive[tag]:
+    if in_line:
         decision = _let({"btags": _tags_in_the_way()}, decision)
     return _let(
-        {"mine": mine, "otags": otags},
+        {"mine": mine},
         _let(
             {
                 "has_mine": is_non_empty("$$mine"),

@@ -231,6 +231,29 @@ def test_a_fair_reader_behind_a_pending_writer_does_not_hold_it_up(
     assert fair_reader.granted is not None
 
 
+def test_a_fair_writer_queued_behind_a_pending_writer_does_not_take_its_place(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc
+) -> None:
+    # The pending writer came first: one queued behind it waits for it, never refuses it.
+    locks = make_lock(MultiLock, collection)
+    reader = locks.acquire(doc, tag="read")
+    with pytest.raises(AssertiveLock) as pending:
+        locks.acquire(doc, tag="write")
+    fair_writer = Waiter(
+        make_lock(MultiLock, collection), doc, tag="write", wait=30.0, wake="poll", fair=True
+    )
+    wait_until(lambda: len(stored_lock(collection)["holders"]) == 3)
+    with pytest.raises(AssertiveLock):  # still waiting for the reader, its place kept
+        locks.acquire(doc, lock=pending.value.lock)
+    locks.release(doc, reader)
+    writer = locks.acquire(doc, lock=pending.value.lock)
+    assert not writer.pending
+    assert fair_writer.granted is None
+    locks.release(doc, writer)
+    fair_writer.join()
+    assert fair_writer.granted is not None
+
+
 def test_a_reader_behind_a_writer_that_gives_up_is_woken_though_readers_still_hold(
     make_lock: MakeLock, collection: Collection[Doc], doc: Doc, open_streams: Callable[[], int]
 ) -> None:
