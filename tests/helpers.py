@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 
@@ -61,3 +64,22 @@ class CommandLog(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+def skewed_clock(offset: str) -> list[str]:
+    """The command prefix that runs a process with its wall clock ``offset`` (``"+1h"``).
+
+    libfaketime's thread-safe build (``-m``: pymongo monitors in threads), the monotonic
+    clock left alone, as on a real machine whose clock is off: timeouts keep measuring
+    real durations. Without ``faketime`` the test skips, except in CI (``CI`` set), where
+    it fails: there the clock-skew tests must run (``.ci/run`` installs it).
+    """
+    faketime = shutil.which("faketime")
+    if faketime is None:
+        if not os.environ.get("CI"):
+            pytest.skip("faketime not installed")
+        pytest.fail(
+            "faketime is not installed: in CI the clock-skew tests must run "
+            "(apt-get install faketime; .ci/run installs it)"
+        )
+    return [faketime, "-m", "--exclude-monotonic", "-f", offset]

@@ -18,7 +18,7 @@ from docmultilock import MultiLock, NamedLocks
 from docmultilock._cli_ops import EXIT, run
 from docmultilock.errors import DbTimeout
 from docmultilock.testing import URI_VARIABLE
-from tests.helpers import stored_lock
+from tests.helpers import skewed_clock, stored_lock
 
 Doc = dict[str, Any]
 
@@ -208,6 +208,42 @@ def test_doctor_reports_every_check_ok_on_the_test_server(
         ],
         "ok",
     )
+
+
+def test_doctor_warns_and_exits_1_when_a_majority_write_fails(
+    uri: str, collection: Collection[Doc], fail_point: Any
+) -> None:
+    fail_point(
+        commands=("insert",),
+        writeConcernError={"code": 64, "errmsg": "waiting for replication timed out"},
+    )
+
+    done = cli("doctor", "--uri", uri, "--db", collection.database.name, "--json")
+
+    assert done.returncode == EXIT["failed"] == 1, done.stdout + done.stderr
+    warned = [check for check in json.loads(done.stdout) if check["status"] == "warn"]
+    assert [check["check"] for check in warned] == ["w:majority"]
+    assert "waiting for replication timed out" in warned[0]["detail"]
+
+
+def test_doctor_warns_and_exits_1_when_the_clients_clock_is_an_hour_off(
+    uri: str, collection: Collection[Doc]
+) -> None:
+    doctor = ["doctor", "--uri", uri, "--db", collection.database.name, "--json"]
+    env = {key: value for key, value in os.environ.items() if key != URI_VARIABLE}
+    done = subprocess.run(
+        [*skewed_clock("+1h"), sys.executable, "-m", "docmultilock", *doctor],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+    assert done.returncode == EXIT["failed"], done.stdout + done.stderr
+    warned = [check for check in json.loads(done.stdout) if check["status"] == "warn"]
+    assert [check["check"] for check in warned] == ["clock offset"]
+    assert "server is -3600" in warned[0]["detail"]
 
 
 def test_doctor_prints_one_line_per_check(uri: str, collection: Collection[Doc]) -> None:

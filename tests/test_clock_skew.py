@@ -13,8 +13,6 @@ expired lock as good for another hour.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -28,7 +26,7 @@ from pymongo import MongoClient
 from pymongo.collection import Collection
 
 from docmultilock import Lock, LockConflict, LockSchema, MultiLock, WriteLock
-from tests.helpers import server_now, stored_lock, wait_until
+from tests.helpers import server_now, skewed_clock, stored_lock, wait_until
 
 Doc = dict[str, Any]
 
@@ -75,23 +73,13 @@ def skewed(
     docmultilock_uri: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SkewedClient]:
-    faketime = shutil.which("faketime")
-    if faketime is None:
-        if not os.environ.get("CI"):
-            pytest.skip("faketime not installed")
-        pytest.fail(
-            "faketime is not installed: in CI the clock-skew tests must run "
-            "(apt-get install faketime; .ci/run installs it)"
-        )
     offset: str = request.param
+    clock = skewed_clock(offset)
     log = tmp_path_factory.mktemp("skew") / "worker.log"
     worker = [sys.executable, "-m", "tests._clock_worker", docmultilock_uri, "docmultilock_test"]
     with log.open("w") as errors:
         process = subprocess.Popen(
-            # -m: libfaketime's thread-safe build (pymongo monitors in threads).
-            # --exclude-monotonic: only the wall clock is skewed, as on a real machine
-            # whose clock is off; timeouts keep measuring real durations.
-            [faketime, "-m", "--exclude-monotonic", "-f", offset, *worker],
+            [*clock, *worker],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
