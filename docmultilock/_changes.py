@@ -18,8 +18,8 @@ bytes. A waiter is woken when an event shows a place may have opened:
   by every such change, as its entry may be granted now; in a fair line
   (``hold(fair=True)``), a waiter is woken once no entry ahead of its own is in its way;
 * of a process's other waiters for a tag that excludes itself, only the one waiting
-  longest is woken, as one release lets one of them in; if it leaves before it could
-  try, the wake passes to the next;
+  longest is woken (per such tag), as one release lets one of them in; if it leaves
+  before it could try, the wake passes to the next of its tag;
 * a waiter that starts watching a document the stream already follows, while the last
   change seen there left it free, is woken at once: the release may have come between
   its refused attempt and its watch, and no later event would tell it.
@@ -190,7 +190,12 @@ class Interests:
         if interest.woken and interest.exclusive:
             seen = self._seen.get(interest.key)
             for other in others:
-                if other.exclusive and other.entry is None and not _keeps_out(seen, other):
+                if (
+                    other.exclusive
+                    and other.entry is None
+                    and other.blockers == interest.blockers
+                    and not _keeps_out(seen, other)
+                ):
                     other.wake()
                     break
 
@@ -225,14 +230,14 @@ class Interests:
         if key in self._seen and self._seen[key] == seen:
             return  # only expiries changed (a renewal): nothing opened
         self._seen[key] = seen
-        exclusive_woken = False
+        woken_for: set[Blockers] = set()  # the tags (by what keeps them out) given a wake
         for interest in waiting:
             if _keeps_out(seen, interest):
                 continue
             if interest.exclusive and interest.entry is None:
-                if exclusive_woken:
-                    continue  # one release lets one in
-                exclusive_woken = True
+                if interest.blockers in woken_for:
+                    continue  # one release lets one of a tag that excludes itself in
+                woken_for.add(interest.blockers)
             interest.wake()
 
     def _of(self, key: bytes) -> list[Interest]:

@@ -556,3 +556,16 @@ def test_a_fair_writer_behind_a_fair_reader_waits_for_it() -> None:
     writer = Interest(1, True, lambda: None, WRITER, entry="w", fair=True)
     _interests(writer).dispatch(_change(("a", True, "read"), ("w", True)))
     assert not writer.woken
+
+
+def test_one_wake_per_release_goes_to_each_tag_that_excludes_itself() -> None:
+    # Two self-exclusive tags that do not conflict (a custom table): one release may let
+    # a waiter of each in.
+    imports, exports = (Blockers.of_tag(frozenset({t}), frozenset()) for t in ("import", "export"))
+    first, second, other = (
+        Interest(1, True, lambda: None, imports),
+        Interest(1, True, lambda: None, imports),
+        Interest(1, True, lambda: None, exports),
+    )
+    _interests(first, second, other).dispatch(_change())
+    assert (first.woken, second.woken, other.woken) == (True, False, True)
