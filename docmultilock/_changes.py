@@ -168,10 +168,10 @@ class Interests:
         self._all.append(interest)
         self._judge_again(interest)
 
-    def update(self, interest: Interest, entry: str | None, fair: bool) -> None:
+    def update(self, interest: Interest, entry: str | None) -> None:
         """Record ``interest``'s pending entry now; wake it if that lets it in."""
-        if (interest.entry, interest.fair) != (entry, fair):
-            interest.entry, interest.fair = entry, fair
+        if interest.entry != entry:
+            interest.entry = entry
             self._judge_again(interest)
 
     def _judge_again(self, interest: Interest) -> None:

@@ -120,8 +120,9 @@ class Watch:
 
     ``None`` means no change stream here (or none any more): poll with :class:`Sleep`.
     ``exclusive`` says that one woken waiter of this process is enough per release;
-    ``blockers``, which entries keep the waiter out (``_changes.Blockers``); ``entry``
-    and ``fair`` as in :class:`WaitChange`, known from the start.
+    ``blockers``, which entries keep the waiter out (``_changes.Blockers``); ``entry``, our
+    pending entry's id if we have one yet (as in :class:`WaitChange`); ``fair``, that the
+    waiter holds a place in a fair line.
     """
 
     document_id: Any
@@ -138,14 +139,13 @@ class WaitChange:
 
     Gets ``True`` (woken by a change, or one may have been missed), ``False`` (the time ran
     out), or ``None`` (change streams turned out unavailable: nothing was waited, poll).
-    ``entry`` is our pending entry's id, if we have one: a change that may let it in wakes
-    us; ``fair`` says it holds a place in a fair line, where only the head is woken.
+    ``entry`` is our pending entry's id, if we have one now: a change that may let it in
+    wakes us.
     """
 
     watch: Any
     seconds: float
     entry: str | None = None
-    fair: bool = False
 
 
 @dataclass(frozen=True, slots=True)

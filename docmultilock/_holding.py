@@ -230,6 +230,7 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                     blocking_tags=getattr(last, "blocking_tags", ()),
                 ) from last
             left = spec.wait - waited
+            entry = None if pending is None else pending.id
             if wake and watch is None:
                 document_id = _document_of(pending, last)
                 if document_id is not None:
@@ -239,17 +240,14 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                         ops.core.field,
                         _exclusive(ops, spec.tag),
                         Blockers.of_tag(rules.cooperative[spec.tag], rules.assertive[spec.tag]),
-                        None if pending is None else pending.id,
+                        entry,
                         spec.fair,
                     )
                     wake = watch is not None  # None: no change stream here; poll from now on
             if watch is not None:
                 low, high = spec.backoff.high, spec.backoff.high * SAFETY_NET
                 woke = yield WaitChange(
-                    watch,
-                    min(_renewal(clock.uniform(low, high), pending, spec), left),
-                    None if pending is None else pending.id,
-                    spec.fair,
+                    watch, min(_renewal(clock.uniform(low, high), pending, spec), left), entry
                 )
                 if woke is not None:
                     continue

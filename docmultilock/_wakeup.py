@@ -113,13 +113,13 @@ class Subscription:
         self._interest = interest
         self._event = event
 
-    def wait(self, seconds: float, entry: str | None, fair: bool) -> bool | None:
+    def wait(self, seconds: float, entry: str | None) -> bool | None:
         """Sleep up to ``seconds`` unless woken; ``None`` when there is no stream to wait on."""
         stream = self._stream
         with stream.lock:
             if stream.unavailable:
                 return None
-            stream.interests.update(self._interest, entry, fair)
+            stream.interests.update(self._interest, entry)
         self._event.wait(seconds)
         with stream.lock:
             self._event.clear()
@@ -271,11 +271,11 @@ class AsyncSubscription:
         self._interest = interest
         self._event = event
 
-    async def wait(self, seconds: float, entry: str | None, fair: bool) -> bool | None:
+    async def wait(self, seconds: float, entry: str | None) -> bool | None:
         """Sleep up to ``seconds`` unless woken; ``None`` when there is no stream to wait on."""
         if self._stream.unavailable:
             return None
-        self._stream.interests.update(self._interest, entry, fair)
+        self._stream.interests.update(self._interest, entry)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), seconds)
         self._event.clear()

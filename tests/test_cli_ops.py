@@ -9,6 +9,7 @@ import pty
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -23,11 +24,16 @@ from tests.helpers import skewed_clock, stored_lock
 Doc = dict[str, Any]
 
 
-def cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    """``python -m docmultilock ARGS``, without a terminal unless ``stdin`` gives one."""
+def cli(
+    *args: str, stdin: int | None = subprocess.DEVNULL, under: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``python -m docmultilock ARGS``, without a terminal unless ``stdin`` gives one.
+
+    ``under``: a command prefix to run it under (``faketime ...``).
+    """
     env = {key: value for key, value in os.environ.items() if key != URI_VARIABLE}
     return subprocess.run(
-        [sys.executable, "-m", "docmultilock", *args],
+        [*under, sys.executable, "-m", "docmultilock", *args],
         stdin=stdin,
         capture_output=True,
         text=True,
@@ -230,15 +236,7 @@ def test_doctor_warns_and_exits_1_when_the_clients_clock_is_an_hour_off(
     uri: str, collection: Collection[Doc]
 ) -> None:
     doctor = ["doctor", "--uri", uri, "--db", collection.database.name, "--json"]
-    env = {key: value for key, value in os.environ.items() if key != URI_VARIABLE}
-    done = subprocess.run(
-        [*skewed_clock("+1h"), sys.executable, "-m", "docmultilock", *doctor],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    done = cli(*doctor, under=skewed_clock("+1h"))
 
     assert done.returncode == EXIT["failed"], done.stdout + done.stderr
     warned = [check for check in json.loads(done.stdout) if check["status"] == "warn"]

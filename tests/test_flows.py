@@ -422,9 +422,10 @@ def test_a_waiter_with_a_pending_entry_waits_for_changes_under_its_id() -> None:
     pending = reply(entry(pending=True), tags=("read",))
     script = Script([pending, "watch", True, reply(entry()), None])
     script.run(wait_flow(ops, _spec(ops, tag="write", wait=5.0, wake="changes"), script.clock))
-    waited = script.effects[2]
+    watch, waited = script.effects[1:3]
+    assert isinstance(watch, Watch)
     assert isinstance(waited, WaitChange)
-    assert (waited.entry, waited.fair) == (LOCK_ID, False)
+    assert (watch.entry, waited.entry, watch.fair) == (LOCK_ID, LOCK_ID, False)
 
 
 def test_without_a_change_stream_the_waiter_polls() -> None:

@@ -210,21 +210,34 @@ def test_a_newcomer_cannot_pass_a_fair_line(
     assert waiter.granted is not None
 
 
+def _fair_waiter_behind_a_pending_writer(
+    make_lock: MakeLock, collection: Collection[Doc], doc: Doc, tag: str
+) -> tuple[Any, Any, Any, Waiter]:
+    """A reader holds, a writer waits pending behind it, a fair ``tag`` waiter behind both.
+
+    Returns the first manager, the reader's lock, the pending writer's lock, the waiter.
+    """
+    locks = make_lock(MultiLock, collection)
+    reader = locks.acquire(doc, tag="read")
+    with pytest.raises(AssertiveLock) as pending:
+        locks.acquire(doc, tag="write")
+    waiter = Waiter(
+        make_lock(MultiLock, collection), doc, tag=tag, wait=30.0, wake="poll", fair=True
+    )
+    wait_until(lambda: len(stored_lock(collection)["holders"]) == 3)
+    return locks, reader, pending.value.lock, waiter
+
+
 def test_a_fair_reader_behind_a_pending_writer_does_not_hold_it_up(
     make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     # The fair reader queues behind the pending writer and waits for it; the writer must
     # not wait for the reader in turn (each would hold the other until one gave up).
-    locks = make_lock(MultiLock, collection)
-    reader = locks.acquire(doc, tag="read")
-    with pytest.raises(AssertiveLock) as pending:
-        locks.acquire(doc, tag="write")
-    fair_reader = Waiter(
-        make_lock(MultiLock, collection), doc, tag="read", wait=30.0, wake="poll", fair=True
+    locks, reader, pending, fair_reader = _fair_waiter_behind_a_pending_writer(
+        make_lock, collection, doc, "read"
     )
-    wait_until(lambda: len(stored_lock(collection)["holders"]) == 3)
     locks.release(doc, reader)
-    writer = locks.acquire(doc, lock=pending.value.lock)
+    writer = locks.acquire(doc, lock=pending)
     assert not writer.pending
     locks.release(doc, writer)
     fair_reader.join()
@@ -235,18 +248,13 @@ def test_a_fair_writer_queued_behind_a_pending_writer_does_not_take_its_place(
     make_lock: MakeLock, collection: Collection[Doc], doc: Doc
 ) -> None:
     # The pending writer came first: one queued behind it waits for it, never refuses it.
-    locks = make_lock(MultiLock, collection)
-    reader = locks.acquire(doc, tag="read")
-    with pytest.raises(AssertiveLock) as pending:
-        locks.acquire(doc, tag="write")
-    fair_writer = Waiter(
-        make_lock(MultiLock, collection), doc, tag="write", wait=30.0, wake="poll", fair=True
+    locks, reader, pending, fair_writer = _fair_waiter_behind_a_pending_writer(
+        make_lock, collection, doc, "write"
     )
-    wait_until(lambda: len(stored_lock(collection)["holders"]) == 3)
     with pytest.raises(AssertiveLock):  # still waiting for the reader, its place kept
-        locks.acquire(doc, lock=pending.value.lock)
+        locks.acquire(doc, lock=pending)
     locks.release(doc, reader)
-    writer = locks.acquire(doc, lock=pending.value.lock)
+    writer = locks.acquire(doc, lock=pending)
     assert not writer.pending
     assert fair_writer.granted is None
     locks.release(doc, writer)
@@ -541,7 +549,7 @@ def test_a_waiter_is_woken_when_it_names_its_entry_after_the_change() -> None:
     interests = _interests(writer)
     interests.dispatch(_change(("w", True)))
     assert not writer.woken  # a pending writer it does not know as its own
-    interests.update(writer, "w", False)
+    interests.update(writer, "w")
     assert writer.woken
 
 

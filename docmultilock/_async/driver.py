@@ -95,7 +95,7 @@ class AsyncMongoIO:
         if isinstance(effect, Watch):
             return AsyncWatchers.current().subscribe(self.collection, effect)
         if isinstance(effect, WaitChange):
-            return await effect.watch.wait(effect.seconds, effect.entry, effect.fair)
+            return await effect.watch.wait(effect.seconds, effect.entry)
         if isinstance(effect, Unwatch):
             effect.watch.close()
             return None

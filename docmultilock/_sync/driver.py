@@ -97,7 +97,7 @@ class MongoIO:
         if isinstance(effect, Watch):
             return Watchers.current().subscribe(self.collection, effect)
         if isinstance(effect, WaitChange):
-            return effect.watch.wait(effect.seconds, effect.entry, effect.fair)
+            return effect.watch.wait(effect.seconds, effect.entry)
         if isinstance(effect, Unwatch):
             effect.watch.close()
             return None
