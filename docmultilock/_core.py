@@ -5,7 +5,8 @@ Invariants every builder here keeps:
 * **One command per operation.** Acquire, release and extend are each a single
   ``findAndModify`` whose update pipeline (``_pipeline``) decides and writes atomically on
   the server, and whose projection returns just enough to tell every outcome apart (a
-  missing document is a ``None`` reply; a refusal is a reply without our entry). No
+  missing document is a ``None`` reply; a refusal is a reply without our entry; a lock
+  field docmultilock does not own fails the command, ``_pipeline.FOREIGN``). No
   read-then-write.
 * **The reply is read in the pipeline's order**, so client and server can never disagree
   about an outcome.
@@ -33,6 +34,7 @@ from docmultilock._pipeline import (
     acquire_body,
     capped,
     extend_body,
+    lone,
     release_body,
     update_stages,
 )
@@ -84,6 +86,13 @@ class Command(NamedTuple):
     upsert: bool = False
     #: Delete the matched document instead of updating it (``update`` is then empty).
     delete: bool = False
+    #: The caller's filter, when ``filter`` adds to it (the lock's ``_id``).
+    user_filter: Filter | None = None
+
+    @property
+    def named(self) -> Filter:
+        """The filter an error names: the caller's."""
+        return self.filter if self.user_filter is None else self.user_filter
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,20 +186,25 @@ class LockCore:
             for tag in rules.tags
         }
         self._fair: dict[str, Any] = {}  # fair bodies, encoded on first use
+        # Tags whose fresh acquire meets only entries of their own tag (``_pipeline.lone``):
+        # its reply need not list the tags in the way.
+        self._lone = frozenset(tag for tag in rules.tags if lone(rules, tag))
         self._release = encoded(release_body(field, clock=clock))
         self._extend = encoded(extend_body(field, clock=clock))
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
-        self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
-        self._acquire_tags = encoded({"$setUnion": [each(holders, "tag")]})
-        # The projection's constant head; only ``mine`` (our id) is added per call.
         self._head = {
             "_id": 1,
-            "ours": self._ours,
+            "ours": encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}}),
             "t": {"$type": f"${field}"},
             "v": f"${field}.v",
         }
+        # Acquire, release and extend reply only about a field that is ours (their pipeline
+        # fails the command otherwise), whose holders are an array or missing (then the
+        # server answers null): their projections read the stored holders as they are.
+        self._stored = f"${field}.holders"
+        self._acquire_tags = encoded({"$setUnion": [each(self._stored, "tag")]})
 
     # -- building -------------------------------------------------------------------
 
@@ -212,11 +226,11 @@ class LockCore:
         return {**self._head, **extra}
 
     def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
-        projection = self._head.copy()
-        projection["mine"] = {"$filter": {"input": self._holders, "cond": self._is_mine(lock_id)}}
+        """What acquire, release and extend read: ``_id``, our entry, and (acquire) the tags."""
+        mine = {"$filter": {"input": self._stored, "cond": self._is_mine(lock_id)}}
         if with_tags:
-            projection["tags"] = self._acquire_tags
-        return projection
+            return {"_id": 1, "mine": mine, "tags": self._acquire_tags}
+        return {"_id": 1, "mine": mine}
 
     def acquire(
         self,
@@ -256,15 +270,18 @@ class LockCore:
             default = self.rules.lifetime_ms[tag]
             bindings = {**bindings, "dttl": default, "create": continuing is None}
             body = self._fair_body(tag)
+        # Only a fresh lone tag's reply goes without the tags in the way: all are its own.
+        listed = continuing is not None or fair or tag not in self._lone
         command = Command(
             filter=dict(target),
             update=update_stages(self.field, body, bindings),
-            projection=self._projection(lock_id, with_tags=True),
+            projection=self._projection(lock_id, with_tags=listed),
             return_after=True,
             # A pending lock is continued only on its existing document.
             upsert=self.home.on_demand and continuing is None,
+            user_filter=user_filter,
         )
-        return AcquirePlan(self, command, user_filter, tag, continuing, fair)
+        return AcquirePlan(self, command, user_filter, tag, continuing, fair, listed)
 
     def _fair_body(self, tag: str) -> Any:
         """The fair acquire pipeline body of ``tag``, built and encoded on first use."""
@@ -325,6 +342,7 @@ class LockCore:
             update=update_stages(self.field, self._release, {"id": literal(lock.id)}),
             projection=self._projection(lock.id, with_tags=False),
             return_after=False,  # the entry's presence *before* the write tells the outcome
+            user_filter=user_filter,
         )
         return ReleasePlan(self, command, user_filter, lock)
 
@@ -346,6 +364,7 @@ class LockCore:
             update=update_stages(self.field, self._extend, bindings),
             projection=self._projection(lock.id, with_tags=False),
             return_after=True,
+            user_filter=user_filter,
         )
         return ExtendPlan(self, command, user_filter, lock)
 
@@ -381,15 +400,27 @@ class LockCore:
     def read_reply(
         self, reply: Mapping[str, Any] | None, user_filter: Filter, lock: Lock | None, doing: str
     ) -> _Reply:
-        """Check a projected reply against the layout; ``None`` means no document matched.
+        """Read a reply to acquire, release or extend; ``None`` means no document matched.
 
-        A named lock's document is missing only once nobody holds the name, so for ``lock``
-        that is a loss, never :class:`ResourceNotFound`.
+        Their pipelines fail the command on a field that is not ours, so a reply is always
+        about one that is. A named lock's document is missing only once nobody holds the
+        name, so for ``lock`` that is a loss, never :class:`ResourceNotFound`.
         """
         if reply is None:
             self.absent(user_filter, lock, doing)
             raise self.not_found(user_filter)  # a name nobody holds, where one was needed
-        if not reply.get("ours"):
+        mine = reply.get("mine")
+        return _Reply(reply["_id"], mine[0] if mine else None, frozenset(reply.get("tags") or ()))
+
+    def read_checked(
+        self, reply: Mapping[str, Any] | None, user_filter: Filter, doing: str
+    ) -> _Reply:
+        """Read a reply whose projection is :meth:`projection`'s, checked against the layout.
+
+        For the commands that read a field without failing on a foreign one (``inspect``,
+        ``break_lock``). ``None`` means no document matched.
+        """
+        if reply is not None and not reply.get("ours"):
             raise IncompatibleLockField(
                 f"field {self.field!r} of document {reply.get('_id')!r} holds data "
                 f"docmultilock does not own (type {reply.get('t')!r}, version "
@@ -398,8 +429,7 @@ class LockCore:
                 f"2**62); nothing was written",
                 filter=user_filter,
             )
-        mine = reply.get("mine") or []
-        return _Reply(reply["_id"], mine[0] if mine else None, frozenset(reply.get("tags") or ()))
+        return self.read_reply(reply, user_filter, None, doing)
 
     def absent(self, user_filter: Filter, lock: Lock | None = None, doing: str = "") -> None:
         """Judge a reply of no document; return when it means nobody holds the key.
@@ -451,6 +481,8 @@ class AcquirePlan(NamedTuple):
     tag: str
     continuing: Lock | None
     fair: bool = False
+    #: Whether the reply lists the stored tags; when not, every entry is of ``tag``.
+    listed: bool = True
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the granted lock, or raise the error that describes the outcome."""
@@ -466,6 +498,7 @@ class AcquirePlan(NamedTuple):
                 blocking_tags=(),
             )
         state = core.read_reply(reply, self.user_filter, self.continuing, "continue")
+        tags = state.tags if self.listed else frozenset((self.tag,))
         if state.mine is not None and state.mine.get("tag") != self.tag:
             # Only a continued lock can meet its id under another tag: one a client edited.
             raise core.lost(self.continuing or _unreachable(), self.user_filter, "continue")
@@ -476,7 +509,7 @@ class AcquirePlan(NamedTuple):
             drains = core.rules.assertive[self.tag]
             if self.fair:  # in line: behind every tag in the way, cooperative ones too
                 drains = drains | core.rules.cooperative[self.tag]
-            waiting = tuple(sorted(state.tags & drains))
+            waiting = tuple(sorted(tags & drains))
             raise AssertiveLock(
                 f"lock {lock.id} ({self.tag!r}) is pending on {core.home.noun} "
                 f"{state.document_id!r} until these tags drain: {', '.join(waiting)}; call "
@@ -485,7 +518,7 @@ class AcquirePlan(NamedTuple):
                 lock=lock,
                 blocking_tags=waiting,
             )
-        blocking = tuple(sorted(state.tags & core.rules.cooperative[self.tag]))
+        blocking = tuple(sorted(tags & core.rules.cooperative[self.tag]))
         if blocking:
             raise core.verdicts.refused(
                 f"cannot lock {self.tag!r} on {core.home.noun} {state.document_id!r}: held or "

@@ -6,12 +6,20 @@ exception a driver threw in, and raise the result ``from`` the pymongo error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, WriteConcernError
 
-from docmultilock.errors import DbError, DbTimeout, DocumentTooLarge, LockError
+from docmultilock._pipeline import FOREIGN, LAYOUT_VERSION
+from docmultilock.errors import (
+    DbError,
+    DbTimeout,
+    DocumentTooLarge,
+    IncompatibleLockField,
+    LockError,
+)
 
 __all__ = ["is_transient", "translate"]
 
@@ -21,6 +29,14 @@ _TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602,
 #: Server error codes of an update whose result would exceed the 16 MiB document limit
 #: (BSONObjectTooLarge, and the two an update reports for its result).
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+
+
+#: ConversionFailure: what the pipeline's refusal of a foreign lock field raises.
+_CONVERSION_FAILURE = 241
+
+#: The pipeline's own words in the server's message (``_pipeline._refuse_foreign``): which
+#: field, and the type of what it holds.
+_FOREIGN_WORDS = re.compile(re.escape(FOREIGN) + r"(.*?) holds data of type (\w+)")
 
 
 def is_transient(exc: PyMongoError) -> bool:
@@ -39,6 +55,17 @@ def is_transient(exc: PyMongoError) -> bool:
 
 def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -> LockError:  # noqa: A002
     """The docmultilock error for a pymongo failure (raise it ``from exc``)."""
+    if isinstance(exc, OperationFailure) and exc.code == _CONVERSION_FAILURE:
+        words = _FOREIGN_WORDS.search(str(exc))
+        if words is not None:
+            return IncompatibleLockField(
+                f"{doing} refused: field {words[1]} of the document matching "
+                f"{dict(filter or {})!r} holds data docmultilock does not own (of type "
+                f"{words[2]}); docmultilock writes a version-{LAYOUT_VERSION} object whose "
+                "holders are an array and whose fence is an int or long from 0 to 2**62; "
+                "nothing was written",
+                filter=filter,
+            )
     if isinstance(exc, OperationFailure) and exc.code in _TOO_LARGE_CODES:
         return DocumentTooLarge(
             f"{doing} refused: the lock's entry would take the document past MongoDB's "

@@ -239,12 +239,12 @@ def send(
             # more is enough, as the document now exists and the command becomes an update
             # that decides as usual (the loser meets the winner's entry: a plain conflict).
             if not command.upsert or duplicate_retried:
-                raise translate(exc, doing, command.filter) from exc
+                raise translate(exc, doing, command.named) from exc
             duplicate_retried = True
         except PyMongoError as exc:
             if sent is not None:
                 sent.unsure = True
-            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, command.filter, on_retry)
+            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, command.named, on_retry)
             attempt += 1
             yield Sleep(pause)
         except UNENCODABLE as exc:

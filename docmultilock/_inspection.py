@@ -127,7 +127,7 @@ class InspectPlan:
             self.core.absent(self.user_filter)
             key = self.user_filter.get("_id")
             return LockSnapshot(key, 0, as_utc(now), (), exists=False), ()
-        self.core.read_reply(found, self.user_filter, None, "inspect")
+        self.core.read_checked(found, self.user_filter, "inspect")
         state = found.get("state") or {}
         snapshot = LockSnapshot(
             document_id=found["_id"],
@@ -175,7 +175,7 @@ class BreakPlan:
         if reply is None:
             self.core.absent(self.user_filter)
             return ()  # nobody holds the name: its document is gone
-        self.core.read_reply(reply, self.user_filter, None, "break")
+        self.core.read_checked(reply, self.user_filter, "break")
         broken = reply.get("broken")
         if not isinstance(broken, Mapping) or not isinstance(broken.get("at"), datetime):
             return ()

@@ -20,14 +20,17 @@ Invariants every body keeps:
 * **Server time only.** Expiry is judged against the server's ``$$NOW``, never the client's
   clock. Expired entries are dropped by every write, so no expired entry can sit next to a
   live one and let a conflicting holder in.
-* **Only the lock field is touched.** The pipeline ``$set``s ``field`` and nothing else, and
-  leaves it as it is when it holds something this layout did not write (``OURS``).
+* **Only the lock field is touched.** The pipeline ``$set``s ``field`` and nothing else.
+  When the field holds something this layout did not write (``OURS``), acquire, release and
+  extend fail the whole command (``FOREIGN``), so nothing is written and their replies need
+  no layout check; ``break_lock`` leaves such a field as it is.
 * **The stored entry decides.** Our entry is the one with our id *and* the tag the server
   stored for it; its rights and lifetime come from the server, not from the caller.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, is_non_empty, literal
@@ -37,12 +40,14 @@ __all__ = [
     "BREAK_MODES",
     "FENCES_PER_MS",
     "FENCE_LIMIT",
+    "FOREIGN",
     "LAYOUT_VERSION",
     "OURS",
     "acquire_body",
     "break_body",
     "capped",
     "extend_body",
+    "lone",
     "release_body",
     "update_stages",
 ]
@@ -178,23 +183,20 @@ FENCE_LIMIT = 2**62
 
 #: A stored fence we can grow: missing or null (none granted yet), or a whole number of BSON
 #: type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities, decimals and doubles are not.
-_FENCE_OK: Expr = _let(
-    {"f": {"$ifNull": ["$$st.fence", 0]}},
-    {
-        "$and": [
-            {"$in": [{"$type": "$$f"}, ["int", "long"]]},
-            {"$gte": ["$$f", 0]},
-            {"$lt": ["$$f", FENCE_LIMIT]},
-        ]
-    },
-)
+#: (A missing fence is of type "missing" on MongoDB, "null" on the test server,
+#: ``docs/server.md``; a null one passes the bounds as 0 and as below every number.)
+_FENCE_OK: list[Expr] = [
+    {"$in": [{"$type": "$$st.fence"}, ["int", "long", "missing", "null"]]},
+    {"$gte": [{"$ifNull": ["$$st.fence", 0]}, 0]},
+    {"$lt": ["$$st.fence", FENCE_LIMIT]},
+]
 
 #: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
 #: object with our layout version whose holders, if any, are an array, and whose fence we
-#: can grow. Anything else is left exactly as it is. The projection evaluates the same
-#: expression, so the pipeline and the reader can never disagree about a field. (Only an
-#: object has a ``v`` equal to 1: an array's ``"$$st.v"`` is a list, or missing on the test
-#: server.)
+#: can grow. Anything else is never written. The server alone judges it, in the pipeline
+#: (and in ``inspect``'s and ``break_lock``'s projections, which read without writing), so
+#: the client never judges a field on its own. (Only an object has a ``v`` equal to 1: an
+#: array's ``"$$st.v"`` is a list, or missing on the test server.)
 OURS: Expr = {
     "$or": [
         {"$eq": ["$$st", None]},
@@ -202,7 +204,7 @@ OURS: Expr = {
             "$and": [
                 {"$eq": ["$$st.v", LAYOUT_VERSION]},
                 {"$isArray": {"$ifNull": ["$$st.holders", []]}},
-                _FENCE_OK,
+                *_FENCE_OK,
             ]
         },
     ]
@@ -224,13 +226,31 @@ def _unexpired(also: Expr | None = None) -> Expr:
     }
 
 
-def _on_our_field(field: str, variables: dict[str, Expr], body: Expr) -> Expr:
-    """Bind ``$$st`` (the field), then ``$$fence0`` and ``variables`` for ``body``.
+#: The start of the error message of a command refused because its lock field is not ours.
+FOREIGN = "docmultilock: field "
 
-    A field that is not ours (``OURS``) is kept exactly as it is.
+
+def _refuse_foreign(field: str) -> Expr:
+    """An expression that fails the command, naming ``field`` and the type it holds.
+
+    MongoDB has no operator that raises an error of one's choosing: converting a string that
+    is not a number fails with ``ConversionFailure`` (code 241), and the server quotes the
+    string in its message, which ``_failures.translate`` recognises by :data:`FOREIGN`. A
+    failed command writes nothing, and with no reply the reader never has to tell a foreign
+    field from a refusal: the layout check lives in the pipeline alone, not in every
+    projection as well.
     """
-    bound = _let({"fence0": {"$ifNull": ["$$st.fence", 0]}, **variables}, body)
-    return _let({"st": field_or_null(field)}, {"$cond": [OURS, bound, "$$st"]})
+    return {"$toInt": {"$concat": [f"{FOREIGN}{field!r} holds data of type ", {"$type": "$$st"}]}}
+
+
+def _on_our_field(field: str, variables: dict[str, Expr], body: Expr) -> Expr:
+    """``body`` under ``variables``, on a field that is ours (``OURS``).
+
+    A field that is not ours fails the command (:func:`_refuse_foreign`); ``variables``
+    are bound only after the check, so they may walk the holders.
+    """
+    bound = _let(variables, body) if variables else body
+    return {"$cond": [OURS, bound, _refuse_foreign(field)]}
 
 
 def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
@@ -287,6 +307,35 @@ def _fresh_decision(rules: TagRules, tag: str, *, clock: bool, max_holders: int)
     grant = _grant({"$concatArrays": ["$$live", [_entry(False, "$$granted")]]}, clock)
     decision = _first(branches, grant)
     return _let({"tags": each("$$live", "tag")}, decision) if both else decision
+
+
+def lone(rules: TagRules, tag: str) -> bool:
+    """True when ``tag`` is its table's only tag and refuses itself: every entry is of it.
+
+    Its fresh acquire has a pipeline of its own (:func:`_lone_tag_body`), and its replies
+    need not list the tags in the way: there is no other.
+    """
+    return rules.tags == {tag} and tag in rules.cooperative[tag]
+
+
+def _lone_tag_body(field: str, *, clock: bool) -> Expr:
+    """A fresh acquire of the only tag of a table, which refuses itself (WriteLock's ``write``).
+
+    Every entry is of this tag, so any live one refuses, recording nothing (the field is
+    left as it was); none, and the new entry is the only holder. An entry of our own id is
+    live only when this very command runs again (``_fresh_decision``), and then it records
+    nothing too. Built apart because it is the commonest acquire: it needs no list of live
+    tags, no concatenation and no maximum, only the new state.
+    """
+    live = is_non_empty(_unexpired())
+    granted = {
+        "v": literal(LAYOUT_VERSION),
+        "fence": "$$granted",
+        "expires": {"$add": ["$$now", "$$ttl"]},
+        "holders": [_entry(False, "$$granted")],
+    }
+    grant = _let({"granted": _next_fence(clock)}, granted)
+    return _on_our_field(field, {}, {"$cond": [live, "$$st", grant]})
 
 
 def _continued_decision(
@@ -407,6 +456,8 @@ def acquire_body(
     (``h``) and fence (``f``); the lock state is assembled from them once, after the
     decision, which keeps the pipeline small.
     """
+    if fresh and not fair and lone(rules, tag):
+        return _lone_tag_body(field, clock=clock)
     if fresh and not fair:
         decide = _fresh_decision(rules, tag, clock=clock, max_holders=max_holders)
     else:
@@ -460,9 +511,24 @@ def break_body(field: str, mode: str, *, clock: bool) -> Expr:
     cleared = {"$mergeObjects": [_state("$$kept", "$$fence0", clock=clock), record]}
     unchanged = f"${field}"
     decide = {"$cond": [is_non_empty("$$removed"), cleared, unchanged]}
-    fence0 = {"$ifNull": ["$$st.fence", 0]}
-    bound = _let({"removed": removed, "kept": kept, "fence0": fence0}, decide)
-    return _let({"st": field_or_null(field)}, {"$cond": [OURS, bound, unchanged]})
+    bound = _let({"removed": removed, "kept": kept}, decide)
+    return {"$cond": [OURS, bound, unchanged]}
+
+
+@functools.cache
+def _constants(field: str) -> dict[str, Expr]:
+    """What every body reads, bound once with the per-call bindings (one ``$let``, not three).
+
+    ``$$now`` is the server's clock, ``$$st`` the field (missing made null) and ``$$fence0``
+    the fence it holds (0 when none). ``$$fence0`` reads the field itself rather than
+    ``$$st``, as variables of one ``$let`` cannot see each other; a body reads it only
+    once ``OURS`` holds, so it is then the object's fence.
+    """
+    return {
+        "now": SERVER_NOW,
+        "st": field_or_null(field),
+        "fence0": {"$ifNull": [f"${field}.fence", 0]},
+    }
 
 
 def update_stages(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -471,5 +537,5 @@ def update_stages(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict
     ``body`` may be pre-encoded (a ``RawBSONDocument``): only the bindings are encoded
     per call.
     """
-    variables = {"now": SERVER_NOW, **bindings}
+    variables = {**_constants(field), **bindings}
     return [{"$set": {field: {"$let": {"vars": variables, "in": body}}}}]

@@ -183,6 +183,18 @@ def test_a_field_holding_foreign_data_is_never_overwritten(
     assert stored_lock(collection) == foreign
 
 
+@pytest.mark.parametrize("operation", ["release", "extend"])
+def test_a_held_lock_whose_field_was_overwritten_is_refused_by_name_and_type(
+    locks: Manager, doc: Doc, collection: Collection[Doc], operation: str
+) -> None:
+    lock = take(locks, doc)
+    collection.update_one(doc, {"$set": {"lock": ["overwritten"]}})
+    with pytest.raises(IncompatibleLockField, match=r"field 'lock' .*of type array") as refused:
+        getattr(locks, operation)(doc, lock)
+    assert refused.value.filter == doc
+    assert stored_lock(collection) == ["overwritten"]
+
+
 @pytest.mark.parametrize("husk", [{"v": 1}, {"v": 1.0, "fence": 4}, {"v": 1, "holders": []}])
 def test_a_lock_field_of_our_layout_without_holders_is_unlocked(
     locks: Manager, collection: Collection[Doc], husk: Doc

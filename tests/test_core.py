@@ -10,7 +10,7 @@ import pytest
 from docmultilock._core import EXCLUSIVE, NAMES, LockCore
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, build_rules
-from docmultilock.errors import IncompatibleLockField, LockWasReacquired, ResourceNotFound
+from docmultilock.errors import LockWasReacquired, ResourceNotFound
 
 CORE = LockCore("lock", build_rules(READ_WRITE, {}, 10_000))
 LOCK = Lock(
@@ -79,11 +79,6 @@ def _dump(value: Any) -> str:
 def test_a_missing_document_reads_as_resource_not_found() -> None:
     with pytest.raises(ResourceNotFound):
         plans()[0].read(None)
-
-
-def test_a_foreign_field_reads_as_incompatible() -> None:
-    with pytest.raises(IncompatibleLockField):
-        plans()[0].read({"_id": 1, "ours": False, "t": "object", "v": 2, "mine": [], "tags": []})
 
 
 def test_a_pending_entry_reads_as_an_assertive_wait() -> None:

@@ -180,3 +180,26 @@ def test_a_reply_too_large_for_a_document_becomes_document_too_large(code: int) 
     err = translate(failure, "acquire", {"_id": 1})
     assert type(err) is DocumentTooLarge
     assert err.filter == {"_id": 1}
+
+
+def _conversion_failure(quoted: str) -> OperationFailure:
+    """The server's error for a string ``$toInt`` could not convert (MongoDB's wording)."""
+    message = (
+        f"Failed to parse number '{quoted}' in $convert with no onError value: Did not "
+        "consume whole string."
+    )
+    return OperationFailure(message, 241, {"ok": 0, "code": 241, "errmsg": message})
+
+
+def test_a_command_failed_on_a_foreign_lock_field_becomes_incompatible_lock_field() -> None:
+    failure = _conversion_failure("docmultilock: field 'lock' holds data of type string")
+    err = translate(failure, "acquire", {"_id": 1})
+    assert type(err) is IncompatibleLockField
+    assert err.filter == {"_id": 1}
+    assert "field 'lock'" in str(err)
+    assert "of type string" in str(err)
+
+
+def test_a_conversion_failure_of_another_expression_stays_a_database_error() -> None:
+    err = translate(_conversion_failure("abc"), "acquire", {"_id": 1})
+    assert type(err) is DbError

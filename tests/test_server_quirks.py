@@ -71,6 +71,14 @@ def test_mongodb_reports_a_let_variable_bound_to_a_missing_field_as_missing(
     assert evaluate(collection, expression) == "missing"
 
 
+@pytest.mark.usefixtures("embedded_departure")
+def test_mongodb_reports_a_missing_field_of_a_let_variable_as_missing(
+    collection: Collection[Doc],
+) -> None:
+    expression = {"$let": {"vars": {"v": "$lock"}, "in": {"$type": "$$v.fence"}}}
+    assert evaluate(collection, expression, {"_id": 1, "lock": {"v": 1}}) == "missing"
+
+
 @pytest.mark.parametrize(("at", "expected"), [(PAST, True), (FUTURE, False)])
 def test_workaround_server_now_compares_correctly(
     collection: Collection[Doc], at: datetime, expected: bool
