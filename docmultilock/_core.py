@@ -25,7 +25,7 @@ from bson import encode
 from bson.raw_bson import RawBSONDocument
 
 from docmultilock._args import check_filter, check_name
-from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, literal
+from docmultilock._expr import SERVER_NOW, Expr, contains, each, field_or_null, literal
 from docmultilock._lock import Lock, as_utc
 from docmultilock._pipeline import (
     FENCES_PER_MS,
@@ -203,8 +203,23 @@ class LockCore:
         # Acquire, release and extend reply only about a field that is ours (their pipeline
         # fails the command otherwise), whose holders are an array or missing (then the
         # server answers null): their projections read the stored holders as they are.
-        self._stored = f"${field}.holders"
-        self._acquire_tags = encoded({"$setUnion": [each(self._stored, "tag")]})
+        stored = self._stored = f"${field}.holders"
+        tags = {"$setUnion": [each(stored, "tag")]}
+        self._acquire_tags = encoded(tags)
+        # A table with a tag that shares (MultiLock's ``read``) may hold many entries: its
+        # replies find ours by its index among the ids (``$indexOfArray``, a native loop on
+        # the embedded server, where ``$filter`` evaluates a comparison per entry), and list
+        # the tags only when ours is not granted, the only time the reader needs them (the
+        # set is sorted on the server). ``$$i`` is our index, bound per call.
+        self._shared = any(tag not in rules.cooperative[tag] for tag in rules.tags)
+        self._ids = encoded(each(stored, "id"))
+        entry = {"$cond": [{"$gte": ["$$i", 0]}, {"$arrayElemAt": [stored, "$$i"]}, None]}
+        untagged = {"e": "$$e"}
+        tagged = {**untagged, "t": {"$cond": [{"$eq": ["$$e.pending", False]}, None, tags]}}
+        self._found = {
+            with_tags: encoded({"$let": {"vars": {"e": entry}, "in": found}})
+            for with_tags, found in ((False, untagged), (True, tagged))
+        }
 
     # -- building -------------------------------------------------------------------
 
@@ -227,6 +242,9 @@ class LockCore:
 
     def _projection(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
         """What acquire, release and extend read: ``_id``, our entry, and (acquire) the tags."""
+        if self._shared:
+            index = {"$indexOfArray": [self._ids, literal(lock_id)]}
+            return {"_id": 1, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
         mine = {"$filter": {"input": self._stored, "cond": self._is_mine(lock_id)}}
         if with_tags:
             return {"_id": 1, "mine": mine, "tags": self._acquire_tags}
@@ -316,7 +334,7 @@ class LockCore:
         }
         deletable = {
             "$and": [
-                {"$in": [literal(lock.id), each(self._holders, "id")]},
+                contains(each(self._holders, "id"), literal(lock.id)),
                 {"$allElementsTrue": [{"$map": {"input": self._holders, "in": ours_or_expired}}]},
                 {
                     "$lt": [
@@ -409,6 +427,9 @@ class LockCore:
         if reply is None:
             self.absent(user_filter, lock, doing)
             raise self.not_found(user_filter)  # a name nobody holds, where one was needed
+        found = reply.get("r")
+        if found is not None:  # our entry found by its index (a table that shares)
+            return _Reply(reply["_id"], found.get("e"), frozenset(found.get("t") or ()))
         mine = reply.get("mine")
         return _Reply(reply["_id"], mine[0] if mine else None, frozenset(reply.get("tags") or ()))
 

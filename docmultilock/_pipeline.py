@@ -33,7 +33,15 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from docmultilock._expr import SERVER_NOW, Expr, each, field_or_null, is_non_empty, literal
+from docmultilock._expr import (
+    SERVER_NOW,
+    Expr,
+    contains,
+    each,
+    field_or_null,
+    is_non_empty,
+    literal,
+)
 from docmultilock._rules import TagRules
 
 __all__ = [
@@ -257,7 +265,7 @@ def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
     """True when the list ``tags`` holds one of ``wanted`` (never true for none wanted)."""
     if len(wanted) == 1:
         (only,) = wanted
-        return {"$in": [literal(only), tags]}
+        return contains(tags, literal(only))
     return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
 
 
@@ -288,7 +296,7 @@ def _fresh_decision(rules: TagRules, tag: str, *, clock: bool, max_holders: int)
     tags = "$$tags" if both else each("$$live", "tag")
     unchanged: list[Expr] = []
     if tag not in rules.cooperative[tag]:
-        unchanged.append({"$in": ["$$id", each("$$live", "id")]})
+        unchanged.append(contains(each("$$live", "id"), "$$id"))
     if rules.cooperative[tag]:
         # A cooperative tag is live: refuse, recording nothing.
         unchanged.append(_tags_met(tags, rules.cooperative[tag]))
