@@ -6,7 +6,9 @@ decoding), the library's own code (everything else in the call), and the whole c
 median of 7 alternating rounds of 60 cycles per side. Then the same floor with a
 never-taken branch that makes the server parse about 200 more nodes per command: the
 client's work is unchanged, only the wait grows, which shows how much of the client CPU
-follows the server's speed rather than the client's code::
+follows the server's speed rather than the client's code; and the floor under pymongo's
+operation timeout (``pymongo.timeout``), which docmultilock puts on every command by
+default, to show what that bound costs::
 
     python tools/cpu_attribution.py
 
@@ -41,6 +43,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import bson
+import pymongo
 from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient, ReturnDocument
 from pymongo.synchronous import collection as pymongo_collection
@@ -120,10 +123,19 @@ def measure(uri: str) -> dict[str, dict[str, float]]:
             finally:
                 _floor._set_if = _PLAIN_SET_IF
 
+        def deadline() -> None:
+            # The floor under pymongo's operation timeout, as docmultilock sends every
+            # command by default (``timeout``): what that bound costs the client alone.
+            with pymongo.timeout(30):
+                lock_id = floor.acquire(where) or ""
+            with pymongo.timeout(30):
+                floor.release(where, lock_id)
+
         sides: dict[str, Callable[[], object]] = {
             "docmultilock": lambda: locks.release(where, locks.acquire(where)),
             "floor": lambda: floor.release(where, floor.acquire(where) or ""),
             "floor + 200 dead nodes": heavy,
+            "floor + timeout": deadline,
         }
         for side in sides.values():
             for _ in range(20):
