@@ -139,7 +139,7 @@ def encoded(expression: Mapping[str, Any]) -> RawBSONDocument:
 
 
 class _Reply(NamedTuple):
-    """What the projection returned, checked against the layout."""
+    """What the projection returned: the document, our entry, the stored tags it listed."""
 
     document_id: Any
     mine: Mapping[str, Any] | None
@@ -194,9 +194,10 @@ class LockCore:
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
+        self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
         self._head = {
             "_id": 1,
-            "ours": encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}}),
+            "ours": self._ours,
             "t": {"$type": f"${field}"},
             "v": f"${field}.v",
         }
@@ -233,10 +234,11 @@ class LockCore:
         return self._holders
 
     def projection(self, **extra: Any) -> dict[str, Any]:
-        """The projection :meth:`read_reply` checks, plus the ``extra`` fields one reads.
+        """The projection :meth:`read_checked` checks, plus the ``extra`` fields one reads.
 
-        :meth:`read_reply` reads ``_id``, whether the field is ours, and what it holds
-        otherwise; every command on the field projects them through here.
+        :meth:`read_checked` reads ``_id``, whether the field is ours, and what it holds
+        otherwise: the projection of the commands that read a field without failing on a
+        foreign one (``inspect``, ``break_lock``).
         """
         return {**self._head, **extra}
 
@@ -321,8 +323,9 @@ class LockCore:
     def release_by_delete(self, target: Filter, *, lock: Lock) -> DeletePlan | None:
         """Plan deleting an exclusive named lock's document (``None`` for other managers).
 
-        The document is deleted only while ``lock`` is its one live entry and the server's
-        clock has passed its fence (``_pipeline``'s clock fences). When that does not match
+        The document is deleted only while its field is ours (``OURS``: a foreign one is
+        never deleted, and the fallback below reports it), ``lock`` is its one live entry
+        and the server's clock has passed its fence (``_pipeline``'s clock fences). When that does not match
         (the lock is gone, or it is released within the millisecond of a grant), the release
         flow falls back to the ordinary :meth:`release`, which empties the document for the
         TTL index.
@@ -334,6 +337,7 @@ class LockCore:
         }
         deletable = {
             "$and": [
+                self._ours,
                 contains(each(self._holders, "id"), literal(lock.id)),
                 {"$allElementsTrue": [{"$map": {"input": self._holders, "in": ours_or_expired}}]},
                 {

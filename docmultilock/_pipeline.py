@@ -18,8 +18,9 @@ unless the call gives another, so a lock never takes its lifetime from what a cl
 Invariants every body keeps:
 
 * **Server time only.** Expiry is judged against the server's ``$$NOW``, never the client's
-  clock. Expired entries are dropped by every write, so no expired entry can sit next to a
-  live one and let a conflicting holder in.
+  clock, by every decision and every reader. Expired entries are dropped by every write
+  that records something; a refusal that records nothing (a lone tag's) leaves the field
+  exactly as it was, expired entries included.
 * **Only the lock field is touched.** The pipeline ``$set``s ``field`` and nothing else.
   When the field holds something this layout did not write (``OURS``), acquire, release and
   extend fail the whole command (``FOREIGN``), so nothing is written and their replies need
@@ -192,7 +193,8 @@ FENCE_LIMIT = 2**62
 #: A stored fence we can grow: missing or null (none granted yet), or a whole number of BSON
 #: type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities, decimals and doubles are not.
 #: (A missing fence is of type "missing" on MongoDB, "null" on the test server,
-#: ``docs/server.md``; a null one passes the bounds as 0 and as below every number.)
+#: ``docs/server.md``; a null one passes the bounds as 0 and as below every number. A fence
+#: of the deprecated BSON type undefined is not ours.)
 _FENCE_OK: list[Expr] = [
     {"$in": [{"$type": "$$st.fence"}, ["int", "long", "missing", "null"]]},
     {"$gte": [{"$ifNull": ["$$st.fence", 0]}, 0]},
@@ -330,7 +332,8 @@ def _lone_tag_body(field: str, *, clock: bool) -> Expr:
     """A fresh acquire of the only tag of a table, which refuses itself (WriteLock's ``write``).
 
     Every entry is of this tag, so any live one refuses, recording nothing (the field is
-    left as it was); none, and the new entry is the only holder. An entry of our own id is
+    left as it was); none, and the new entry is the only holder. A live entry of another
+    tag (another table's, on the same field) refuses too: granted, this lock would drop it. An entry of our own id is
     live only when this very command runs again (``_fresh_decision``), and then it records
     nothing too. Built apart because it is the commonest acquire: it needs no list of live
     tags, no concatenation and no maximum, only the new state.
@@ -509,7 +512,7 @@ def break_body(field: str, mode: str, *, clock: bool) -> Expr:
     the TTL index deletes it still outranks every earlier grant. The ``broken`` record
     (``$$token`` tells this call's own from an earlier one) is how the reply, which shows
     the document only *after* the write, names the removed entries and the server's time;
-    the next write of the field drops it. With nothing to remove the field is left exactly
+    the next write that records something drops it. With nothing to remove the field is left exactly
     as it was (a missing one stays missing).
     """
     gone = BREAK_MODES[mode]

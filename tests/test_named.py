@@ -17,6 +17,7 @@ import docmultilock._indexes
 from docmultilock import (
     AssertiveLock,
     CooperativeLock,
+    IncompatibleLockField,
     InvalidArgument,
     LockAlreadyTaken,
     LockConflict,
@@ -103,6 +104,17 @@ def test_the_last_exclusive_release_deletes_the_document(
     wait_until(lambda: server_now(collection.database.client) > lock.acquired_at)
     named.release("order-42", lock)
     assert stored(collection, "order-42") is None
+
+
+def test_the_last_release_never_deletes_a_document_whose_field_is_not_ours(
+    named: NamedLocks, collection: Collection[Doc]
+) -> None:
+    lock = named.acquire("job")
+    collection.update_one({"_id": "job"}, {"$set": {"lock.v": 2, "note": "kept"}})
+    before = stored(collection, "job")
+    with pytest.raises(IncompatibleLockField):
+        named.release("job", lock)
+    assert stored(collection, "job") == before
 
 
 def test_a_released_name_can_be_acquired_again(named: NamedLocks) -> None:

@@ -15,6 +15,7 @@ from docmultilock import (
     LockAlreadyTaken,
     LockNotFound,
     LockWasReacquired,
+    MultiLock,
     ResourceNotFound,
     WriteLock,
 )
@@ -60,6 +61,18 @@ def test_a_refusal_records_nothing(
     write_lock: WriteLock, doc: Doc, collection: Collection[Doc]
 ) -> None:
     write_lock.acquire(doc)
+    before = stored_lock(collection)
+    with pytest.raises(LockAlreadyTaken):
+        write_lock.acquire(doc)
+    assert stored_lock(collection) == before
+
+
+def test_a_live_entry_another_table_left_on_the_field_refuses_it(
+    write_lock: WriteLock, make_lock: MakeLock, doc: Doc, collection: Collection[Doc]
+) -> None:
+    # A MultiLock reader on the same field: granting would leave the write lock as the only
+    # holder, dropping the reader's live entry, so the write lock is refused instead.
+    make_lock(MultiLock, collection).acquire(doc, tag="read")
     before = stored_lock(collection)
     with pytest.raises(LockAlreadyTaken):
         write_lock.acquire(doc)
