@@ -12,8 +12,9 @@ bytes. A waiter is woken when an event shows a place may have opened:
 * the document was deleted (a named lock's last release), or no entry is left that keeps
   the waiter out (:class:`Blockers`: a granted entry of a tag its own refuses or waits
   for, a pending one of a tag that refuses it): a release, or a refused attempt that
-  pruned an expired holder (a lone tag's refusal records nothing, so it wakes nobody); a reader refused by a pending writer is woken when the
-  writer gives up, though other readers still hold;
+  pruned an expired holder (a lone tag's refusal records nothing, so it wakes nobody); a
+  reader refused by a pending writer is woken when the writer gives up, though other
+  readers still hold;
 * a waiter with a pending entry (an assertive lock waiting for tags to drain) is woken
   by every such change, as its entry may be granted now; in a fair line
   (``hold(fair=True)``), a waiter is woken once no entry ahead of its own is in its way;

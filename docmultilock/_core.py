@@ -323,12 +323,12 @@ class LockCore:
     def release_by_delete(self, target: Filter, *, lock: Lock) -> DeletePlan | None:
         """Plan deleting an exclusive named lock's document (``None`` for other managers).
 
-        The document is deleted only while its field is ours (``OURS``: a foreign one is
-        never deleted, and the fallback below reports it), ``lock`` is its one live entry
-        and the server's clock has passed its fence (``_pipeline``'s clock fences). When that does not match
-        (the lock is gone, or it is released within the millisecond of a grant), the release
-        flow falls back to the ordinary :meth:`release`, which empties the document for the
-        TTL index.
+        The document is deleted only while its field is ours (``OURS``: a foreign one is never
+        deleted, and the fallback below reports it), ``lock`` is its one live entry and the
+        server's clock has passed its fence (``_pipeline``'s clock fences). When that does
+        not match (the lock is gone, or it is released within the millisecond of a grant),
+        the release flow falls back to the ordinary :meth:`release`, which empties the
+        document for the TTL index.
         """
         if not self._delete_on_release:
             return None
