@@ -335,8 +335,9 @@ def _lone_tag_body(field: str, *, clock: bool) -> Expr:
     left as it was); none, and the new entry is the only holder. A live entry of another
     tag (another table's, on the same field) refuses too: granted, this lock would drop it.
     An entry of our own id is live only when this very command runs again
-    (``_fresh_decision``), and then it records nothing too. Built apart because it is the commonest acquire: it needs no list of live
-    tags, no concatenation and no maximum, only the new state.
+    (``_fresh_decision``), and then it records nothing too. Built apart because it is the
+    commonest acquire: it needs no list of live tags, no concatenation and no maximum, only
+    the new state.
     """
     live = is_non_empty(_unexpired())
     granted = {
