@@ -6,7 +6,7 @@ Invariants every builder here keeps:
   ``findAndModify`` whose update pipeline (``_pipeline``) decides and writes atomically on
   the server, and whose projection returns just enough to tell every outcome apart (a
   missing document is a ``None`` reply; a refusal is a reply without our entry; a lock
-  field docmultilock does not own fails the command, ``_pipeline.FOREIGN``). No
+  field docmultilock does not own fails the command, ``_pipeline.foreign_field``). No
   read-then-write.
 * **The reply is read in the pipeline's order**, so client and server can never disagree
   about an outcome.

@@ -6,13 +6,12 @@ exception a driver threw in, and raise the result ``from`` the pymongo error.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, WriteConcernError
 
-from docmultilock._pipeline import FOREIGN, LAYOUT_VERSION
+from docmultilock._pipeline import LAYOUT_VERSION, foreign_field
 from docmultilock.errors import (
     DbError,
     DbTimeout,
@@ -34,10 +33,6 @@ _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 #: ConversionFailure: what the pipeline's refusal of a foreign lock field raises.
 _CONVERSION_FAILURE = 241
 
-#: The pipeline's own words in the server's message (``_pipeline._refuse_foreign``): which
-#: field, and the type of what it holds.
-_FOREIGN_WORDS = re.compile(re.escape(FOREIGN) + r"(.*?) holds data of type (\w+)")
-
 
 def is_transient(exc: PyMongoError) -> bool:
     """True for a failure that the same command may get past: a cut connection, a fail-over.
@@ -56,12 +51,13 @@ def is_transient(exc: PyMongoError) -> bool:
 def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -> LockError:  # noqa: A002
     """The docmultilock error for a pymongo failure (raise it ``from exc``)."""
     if isinstance(exc, OperationFailure) and exc.code == _CONVERSION_FAILURE:
-        words = _FOREIGN_WORDS.search(str(exc))
-        if words is not None:
+        foreign = foreign_field(str(exc))
+        if foreign is not None:
+            field, held = foreign
             return IncompatibleLockField(
-                f"{doing} refused: field {words[1]} of the document matching "
+                f"{doing} refused: field {field} of the document matching "
                 f"{dict(filter or {})!r} holds data docmultilock does not own (of type "
-                f"{words[2]}); docmultilock writes a version-{LAYOUT_VERSION} object whose "
+                f"{held}); docmultilock writes a version-{LAYOUT_VERSION} object whose "
                 "holders are an array and whose fence is an int or long from 0 to 2**62; "
                 "nothing was written",
                 filter=filter,

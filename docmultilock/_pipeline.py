@@ -23,8 +23,8 @@ Invariants every body keeps:
   exactly as it was, expired entries included.
 * **Only the lock field is touched.** The pipeline ``$set``s ``field`` and nothing else.
   When the field holds something this layout did not write (``OURS``), acquire, release and
-  extend fail the whole command (``FOREIGN``), so nothing is written and their replies need
-  no layout check; ``break_lock`` leaves such a field as it is.
+  extend fail the whole command (:func:`foreign_field`), so nothing is written and their
+  replies need no layout check; ``break_lock`` leaves such a field as it is.
 * **The stored entry decides.** Our entry is the one with our id *and* the tag the server
   stored for it; its rights and lifetime come from the server, not from the caller.
 """
@@ -32,6 +32,7 @@ Invariants every body keeps:
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from docmultilock._expr import (
@@ -49,13 +50,13 @@ __all__ = [
     "BREAK_MODES",
     "FENCES_PER_MS",
     "FENCE_LIMIT",
-    "FOREIGN",
     "LAYOUT_VERSION",
     "OURS",
     "acquire_body",
     "break_body",
     "capped",
     "extend_body",
+    "foreign_field",
     "lone",
     "release_body",
     "update_stages",
@@ -236,8 +237,10 @@ def _unexpired(also: Expr | None = None) -> Expr:
     }
 
 
-#: The start of the error message of a command refused because its lock field is not ours.
-FOREIGN = "docmultilock: field "
+#: The words of a command refused because its lock field is not ours, written by
+#: :func:`_refuse_foreign` and read back by :func:`foreign_field`.
+_FOREIGN, _OF_TYPE = "docmultilock: field ", " holds data of type "
+_FOREIGN_WORDS = re.compile(re.escape(_FOREIGN) + "(.*?)" + re.escape(_OF_TYPE) + r"(\w+)")
 
 
 def _refuse_foreign(field: str) -> Expr:
@@ -245,12 +248,17 @@ def _refuse_foreign(field: str) -> Expr:
 
     MongoDB has no operator that raises an error of one's choosing: converting a string that
     is not a number fails with ``ConversionFailure`` (code 241), and the server quotes the
-    string in its message, which ``_failures.translate`` recognises by :data:`FOREIGN`. A
-    failed command writes nothing, and with no reply the reader never has to tell a foreign
-    field from a refusal: the layout check lives in the pipeline alone, not in every
-    projection as well.
+    string in its message (:func:`foreign_field`). A failed command writes nothing, and
+    with no reply the reader never has to tell a foreign field from a refusal: the layout
+    check lives in the pipeline alone, not in every projection as well.
     """
-    return {"$toInt": {"$concat": [f"{FOREIGN}{field!r} holds data of type ", {"$type": "$$st"}]}}
+    return {"$toInt": {"$concat": [f"{_FOREIGN}{field!r}{_OF_TYPE}", {"$type": "$$st"}]}}
+
+
+def foreign_field(message: str) -> tuple[str, str] | None:
+    """``(field, type)`` when a server's error ``message`` is :func:`_refuse_foreign`'s."""
+    words = _FOREIGN_WORDS.search(message)
+    return None if words is None else (words[1], words[2])
 
 
 def _on_our_field(field: str, variables: dict[str, Expr], body: Expr) -> Expr:
@@ -513,8 +521,8 @@ def break_body(field: str, mode: str, *, clock: bool) -> Expr:
     the TTL index deletes it still outranks every earlier grant. The ``broken`` record
     (``$$token`` tells this call's own from an earlier one) is how the reply, which shows
     the document only *after* the write, names the removed entries and the server's time;
-    the next write that records something drops it. With nothing to remove the field is left exactly
-    as it was (a missing one stays missing).
+    the next write that records something drops it. With nothing to remove the field is left
+    exactly as it was (a missing one stays missing).
     """
     gone = BREAK_MODES[mode]
     removed = {"$filter": {"input": _STORED, "as": "h", "cond": gone}}
