@@ -25,16 +25,16 @@ from bson import encode
 from bson.raw_bson import RawBSONDocument
 
 from docmultilock._args import check_filter, check_name
-from docmultilock._expr import SERVER_NOW, Expr, contains, each, field_or_null, literal
+from docmultilock._expr import SERVER_NOW, Expr, contains, each, literal
 from docmultilock._lock import Lock, as_utc
 from docmultilock._pipeline import (
     FENCES_PER_MS,
     LAYOUT_VERSION,
-    OURS,
     acquire_body,
     capped,
     extend_body,
     lone,
+    ours,
     release_body,
     update_stages,
 )
@@ -194,7 +194,7 @@ class LockCore:
         # A foreign field may hold anything; only ever iterate over an actual array.
         holders = {"$cond": [{"$isArray": f"${field}.holders"}, f"${field}.holders", []]}
         self._holders = holders
-        self._ours = encoded({"$let": {"vars": {"st": field_or_null(field)}, "in": OURS}})
+        self._ours = encoded(ours(field))
         self._head = {
             "_id": 1,
             "ours": self._ours,

@@ -51,13 +51,13 @@ __all__ = [
     "FENCES_PER_MS",
     "FENCE_LIMIT",
     "LAYOUT_VERSION",
-    "OURS",
     "acquire_body",
     "break_body",
     "capped",
     "extend_body",
     "foreign_field",
     "lone",
+    "ours",
     "release_body",
     "update_stages",
 ]
@@ -112,6 +112,11 @@ def _next_fence(clock: bool) -> Expr:
     return {"$max": [counter, _CLOCK_FENCE]} if clock else counter
 
 
+def _latest(holders: Expr) -> Expr:
+    """The latest expiry among ``holders`` (null when there are none, or no list)."""
+    return {"$max": each(holders, "expires")}
+
+
 def _state(holders: str, fence: Expr, *, clock: bool) -> Expr:
     """The whole lock subdocument, always in the same key order so unchanged state is a no-op.
 
@@ -128,7 +133,7 @@ def _state(holders: str, fence: Expr, *, clock: bool) -> Expr:
     return {
         "v": literal(LAYOUT_VERSION),
         "fence": fence,
-        "expires": {"$ifNull": [{"$max": each(holders, "expires")}, idle]},
+        "expires": {"$ifNull": [_latest(holders), idle]},
         "holders": holders,
     }
 
@@ -191,15 +196,16 @@ def _renew(changes: Expr, *, granted_only: bool = False) -> Expr:
 #: (MongoDB turns an overflowing ``long`` sum into an inexact double).
 FENCE_LIMIT = 2**62
 
-#: A stored fence we can grow: missing or null (none granted yet), or a whole number of BSON
-#: type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities, decimals and doubles are not.
-#: (A missing fence is of type "missing" on MongoDB, "null" on the test server,
-#: ``docs/server.md``; a null one passes the bounds as 0 and as below every number. A fence
-#: of the deprecated BSON type undefined is not ours.)
+#: A stored fence we can grow: missing or null (none granted yet: ``$$fence0`` is then 0),
+#: or a whole number of BSON type int or long from 0 to ``FENCE_LIMIT``. NaN, infinities,
+#: decimals and doubles are not. Read through ``$$fence0``, which the bodies use anyway, so
+#: that missing and null need no type of their own (the test server names the type of a
+#: missing field of a variable differently, ``docs/server.md``); the deprecated BSON type
+#: undefined counts as null there, as MongoDB's ``$ifNull`` takes it.
 _FENCE_OK: list[Expr] = [
-    {"$in": [{"$type": "$$st.fence"}, ["int", "long", "missing", "null"]]},
-    {"$gte": [{"$ifNull": ["$$st.fence", 0]}, 0]},
-    {"$lt": ["$$st.fence", FENCE_LIMIT]},
+    {"$in": [{"$type": "$$fence0"}, ["int", "long"]]},
+    {"$gte": ["$$fence0", 0]},
+    {"$lt": ["$$fence0", FENCE_LIMIT]},
 ]
 
 #: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
@@ -223,6 +229,9 @@ OURS: Expr = {
 
 #: The stored entries, of a field that is ours (missing made empty).
 _STORED: Expr = {"$ifNull": ["$$st.holders", []]}
+
+#: The stored entries as they are, where a missing list may read as null (``$map`` of it).
+_STORED_OR_NULL: Expr = "$$st.holders"
 
 
 def _unexpired(also: Expr | None = None) -> Expr:
@@ -344,10 +353,12 @@ def _lone_tag_body(field: str, *, clock: bool) -> Expr:
     tag (another table's, on the same field) refuses too: granted, this lock would drop it.
     An entry of our own id is live only when this very command runs again
     (``_fresh_decision``), and then it records nothing too. Built apart because it is the
-    commonest acquire: it needs no list of live tags, no concatenation and no maximum, only
-    the new state.
+    commonest acquire: it needs no list of live entries or tags and no concatenation, only
+    the latest expiry and the new state.
     """
-    live = is_non_empty(_unexpired())
+    # Some entry is live exactly when the latest expiry is, since BSON order is total: the
+    # expiries and their maximum take fewer nodes than a filtered list and its size.
+    live = {"$gt": [_latest(_STORED_OR_NULL), "$$now"]}
     granted = {
         "v": literal(LAYOUT_VERSION),
         "fence": "$$granted",
@@ -541,14 +552,21 @@ def _constants(field: str) -> dict[str, Expr]:
 
     ``$$now`` is the server's clock, ``$$st`` the field (missing made null) and ``$$fence0``
     the fence it holds (0 when none). ``$$fence0`` reads the field itself rather than
-    ``$$st``, as variables of one ``$let`` cannot see each other; a body reads it only
-    once ``OURS`` holds, so it is then the object's fence.
+    ``$$st``, as variables of one ``$let`` cannot see each other. On a field that is not an
+    object it means nothing, and ``OURS``, which also checks it, refuses such a field by
+    its version anyway.
     """
     return {
         "now": SERVER_NOW,
         "st": field_or_null(field),
         "fence0": {"$ifNull": [f"${field}.fence", 0]},
     }
+
+
+def ours(field: str) -> Expr:
+    """``OURS`` standing alone (in a projection or a filter): true when ``field`` is ours."""
+    constants = _constants(field)
+    return _let({"st": constants["st"], "fence0": constants["fence0"]}, OURS)
 
 
 def update_stages(field: str, body: Expr, bindings: dict[str, Any]) -> list[dict[str, Any]]:
