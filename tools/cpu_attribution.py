@@ -3,14 +3,23 @@
 Thread CPU (``time.thread_time``) around the parts of each cycle, on a fresh embedded server
 (or ``--uri``): pymongo's ``find_one_and_update`` (encoding, the socket and its wait,
 decoding), the library's own code (everything else in the call), and the whole cycle;
-median of 7 alternating rounds of 60 cycles per side. Then the same floor with a
-never-taken branch that makes the server parse about 200 more nodes per command: the
-client's work is unchanged, only the wait grows, which shows how much of the client CPU
-follows the server's speed rather than the client's code; and the floor under pymongo's
-operation timeout (``pymongo.timeout``), which docmultilock puts on every command by
-default, to show what that bound costs::
+median of 7 alternating rounds of 60 cycles per side. Beside docmultilock and the floor:
+
+* two floors that wait longer with the floor's own client work: each update carries a
+  branch the server parses but never runs, of as many nodes as docmultilock sends beyond
+  the floor ("as many nodes"), or of as many as make its cycle last as long as
+  docmultilock's ("as long a wait", scaled from short calibration rounds). What their
+  client CPU gains over the floor follows the server's speed, not the client's code;
+* the floor under pymongo's operation timeout (``pymongo.timeout``), which docmultilock
+  puts on every command by default, to show what that bound costs::
 
     python tools/cpu_attribution.py
+
+``--wait-cost`` needs no database: the same client work (encoding and decoding a small
+document) after round trips to a peer process that busy-loops 0 to 4 ms before answering,
+to show what a longer wait alone costs the client on this machine::
+
+    python tools/cpu_attribution.py --wait-cost
 
 ``--canned`` runs the library's own code alone, hot and without I/O: a sync WriteLock
 acquire+release cycle whose pymongo calls (``find_one_and_update``/``find_one_and_delete``)
@@ -33,13 +42,14 @@ import datetime
 import os
 import pstats
 import re
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import bson
@@ -49,13 +59,15 @@ from pymongo import MongoClient, ReturnDocument
 from pymongo.synchronous import collection as pymongo_collection
 
 from docmultilock import WriteLock
-from docmultilock._bench import _floor
+from docmultilock._bench import _floor, _shape
 from docmultilock._bench._bed import bed, connect
 from docmultilock._expr import Expr
 from docmultilock.testing import EmbeddedServer
 
 ROUNDS = 7
 CYCLES = 60
+
+Doc = dict[str, Any]
 
 spent: dict[str, float] = defaultdict(float)
 
@@ -79,20 +91,56 @@ def _timed_pymongo() -> Iterator[None]:
         pymongo_collection.Collection.find_one_and_update = original  # type: ignore[method-assign]
 
 
-def _dead_branch(depth: int) -> RawBSONDocument:
-    expression: Expr = {"$add": [1, 2]}
-    for _ in range(depth):
-        expression = {"$add": [expression, 1]}
+def _dead(count: int) -> RawBSONDocument:
+    """A never-evaluated expression of ``count`` nodes (at least 1), encoded once.
+
+    It reads a field, so the server cannot fold it as a constant: it only parses it.
+    """
+    expression: Expr = "$_id"
+    for _ in range((count - 1) // 3):
+        expression = {"$add": [expression, "$_id"]}  # 3 more nodes
     return RawBSONDocument(bson.encode({"x": expression}))
 
 
-_DEAD = _dead_branch(50)
-_PLAIN_SET_IF = _floor._set_if
+class PaddedFloor(_floor.FloorLock):
+    """The floor whose every update carries a dead branch of ``padding[operation]`` nodes.
+
+    The server parses the branch (``$cond`` on a constant false), never runs it: the
+    client's work is the floor's own, plus the bytes of the branch, copied pre-encoded.
+    """
+
+    def __init__(self, collection: Any, padding: dict[str, int]) -> None:
+        super().__init__(collection)
+        # The $cond around the real update takes 3 nodes of each operation's padding.
+        self._dead = {op: _dead(count - 3) for op, count in padding.items() if count > 3}
+        self._doing = "acquire"
+
+    def acquire(self, where: Mapping[str, Any], *, upsert: bool = False) -> str | None:
+        """The floor's acquire, padded as an acquire."""
+        self._doing = "acquire"
+        return super().acquire(where, upsert=upsert)
+
+    def release(self, where: Mapping[str, Any], lock_id: str) -> bool:
+        """The floor's release, padded as a release."""
+        self._doing = "release"
+        return super().release(where, lock_id)
+
+    def _send(self, where: Mapping[str, Any], update: list[Doc], **options: Any) -> Doc | None:
+        dead = self._dead.get(self._doing)
+        if dead is not None:
+            real = update[0]["$set"][_floor.FIELD]
+            update = [{"$set": {_floor.FIELD: {"$cond": [False, dead["x"], real]}}}]
+        return super()._send(where, update, **options)
 
 
-def _heavy_set_if(condition: Expr, value: Expr) -> list[dict[str, Any]]:
-    real = {"$cond": [condition, value, f"${_floor.FIELD}"]}
-    return [{"$set": {_floor.FIELD: {"$cond": [False, _DEAD, real]}}}]
+def _node_gap() -> dict[str, int]:
+    """Per operation, the nodes (filter, update, projection) a WriteLock sends beyond the floor."""
+    ours, floor = _shape.shapes()
+    return {
+        op: (ours["WriteLock", op].nodes + ours["WriteLock", op].projection_nodes)
+        - (floor[op].nodes + floor[op].projection_nodes)
+        for op in ("acquire", "release")
+    }
 
 
 def _round(cycle: Callable[[], object]) -> dict[str, float]:
@@ -109,19 +157,36 @@ def _round(cycle: Callable[[], object]) -> dict[str, float]:
     }
 
 
-def measure(uri: str) -> dict[str, dict[str, float]]:
-    """µs per cycle, median of the rounds, per side and part."""
+def _medians(sides: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict[str, float]]:
+    """µs per cycle, median of ``rounds`` alternating rounds, per side and part."""
+    found: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            for part, seconds in _round(side).items():
+                found[name][part].append(seconds / CYCLES * 1e6)
+    return {
+        name: {part: statistics.median(values) for part, values in parts.items()}
+        for name, parts in found.items()
+    }
+
+
+def _floor_cycle(floor: _floor.FloorLock, where: Doc) -> Callable[[], object]:
+    return lambda: floor.release(where, floor.acquire(where) or "")
+
+
+def measure(uri: str) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """µs per cycle per side and part, and the dead nodes per cycle of each padded floor.
+
+    Two padded floors wait longer with the floor's client work: one sends as many nodes
+    as docmultilock, the other is padded until its cycle lasts as long (the padding
+    interpolated from short calibration rounds).
+    """
     with connect(uri) as client, bed(client) as twins, _timed_pymongo():
         twins.seed(1)
         where = {"_id": 0}
         locks, floor = WriteLock(twins.locks), _floor.FloorLock(twins.floor)
-
-        def heavy() -> None:
-            _floor._set_if = _heavy_set_if
-            try:
-                floor.release(where, floor.acquire(where) or "")
-            finally:
-                _floor._set_if = _PLAIN_SET_IF
+        gap = _node_gap()
+        as_many = PaddedFloor(twins.floor, gap)
 
         def deadline() -> None:
             # The floor under pymongo's operation timeout, as docmultilock sends every
@@ -131,24 +196,30 @@ def measure(uri: str) -> dict[str, dict[str, float]]:
             with pymongo.timeout(30):
                 floor.release(where, lock_id)
 
-        sides: dict[str, Callable[[], object]] = {
-            "docmultilock": lambda: locks.release(where, locks.acquire(where)),
-            "floor": lambda: floor.release(where, floor.acquire(where) or ""),
-            "floor + 200 dead nodes": heavy,
-            "floor + timeout": deadline,
-        }
-        for side in sides.values():
+        mine = lambda: locks.release(where, locks.acquire(where))  # noqa: E731
+        calibration = {"docmultilock": mine, "floor": _floor_cycle(floor, where)}
+        calibration["padded"] = _floor_cycle(as_many, where)
+        for side in calibration.values():
             for _ in range(20):
                 side()
-        rounds: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in sides}
-        for _ in range(ROUNDS):
-            for name, side in sides.items():
-                for part, seconds in _round(side).items():
-                    rounds[name][part].append(seconds / CYCLES * 1e6)
-    return {
-        name: {part: statistics.median(values) for part, values in parts.items()}
-        for name, parts in rounds.items()
-    }
+        walls = {name: parts["wall time"] for name, parts in _medians(calibration, 3).items()}
+        # Wall time grows linearly with the nodes parsed: scale the padding to match.
+        scale = (walls["docmultilock"] - walls["floor"]) / max(walls["padded"] - walls["floor"], 1)
+        as_long = PaddedFloor(twins.floor, {op: round(n * max(scale, 0)) for op, n in gap.items()})
+        sides: dict[str, Callable[[], object]] = {
+            "docmultilock": mine,
+            "floor": calibration["floor"],
+            "floor, as many nodes": calibration["padded"],
+            "floor, as long a wait": _floor_cycle(as_long, where),
+            "floor + timeout": deadline,
+        }
+        for _ in range(20):
+            sides["floor, as long a wait"]()
+        padding = {
+            "floor, as many nodes": sum(gap.values()),
+            "floor, as long a wait": sum(round(n * max(scale, 0)) for n in gap.values()),
+        }
+        return _medians(sides, ROUNDS), padding
 
 
 def _canned_reply(
@@ -218,11 +289,48 @@ def _instructions(cycles: int) -> int:
         return int(totals[-1])
 
 
+def wait_cost() -> None:
+    """Print the thread CPU of a round trip plus fixed work, by how long the peer takes."""
+    document = {"a": [{"x": i, "y": str(i), "z": [1, 2, 3]} for i in range(50)]}
+    print("| peer busy per reply | thread CPU per round trip | of which the fixed work |")
+    print("|---|---|---|")
+    for busy_us in (0, 1000, 2000, 4000):
+        ours, theirs = socket.socketpair()
+        child = os.fork()
+        if child == 0:  # the peer: answer each byte after busy-looping (no sleep, no I/O)
+            ours.close()
+            while theirs.recv(1):
+                until = time.perf_counter() + busy_us / 1e6
+                while time.perf_counter() < until:
+                    pass
+                theirs.sendall(b"x")
+            os._exit(0)
+        theirs.close()
+        whole, work = [], []
+        for _ in range(ROUNDS):
+            started, in_work = time.thread_time(), 0.0
+            for _ in range(300):
+                ours.sendall(b"q")
+                ours.recv(1)
+                before = time.thread_time()
+                bson.decode(bson.encode(document))
+                in_work += time.thread_time() - before
+            whole.append((time.thread_time() - started) / 300 * 1e6)
+            work.append(in_work / 300 * 1e6)
+        ours.close()
+        os.waitpid(child, 0)
+        print(
+            f"| {busy_us:,} µs | {statistics.median(whole):,.0f} µs "
+            f"| {statistics.median(work):,.0f} µs |"
+        )
+
+
 def main() -> None:
     """Measure and print the table (Markdown)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", help="a server to use instead of a fresh embedded one")
     parser.add_argument("--canned", action="store_true", help="the library's code alone, no I/O")
+    parser.add_argument("--wait-cost", action="store_true", help="what a longer wait costs")
     parser.add_argument("--callgrind", action="store_true", help="with --canned: instructions")
     parser.add_argument("--profile", action="store_true", help="with --canned: cProfile's top")
     parser.add_argument("--cycles", type=int, default=2000, help="with --canned: per round")
@@ -232,6 +340,9 @@ def main() -> None:
         with _canned() as cycle:
             for _ in range(50 + arguments.cycles):
                 cycle()
+        return
+    if arguments.wait_cost:
+        wait_cost()
         return
     if arguments.canned and arguments.callgrind:
         few, many = _instructions(100), _instructions(100 + arguments.cycles)
@@ -245,12 +356,15 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         if uri is None:
             uri = stack.enter_context(EmbeddedServer()).uri
-        figures = measure(uri)
+        figures, padding = measure(uri)
     sides = list(figures)
     print("| µs per cycle | " + " | ".join(sides) + " |")
     print("|---" * (len(sides) + 1) + "|")
     for part in figures["floor"]:
         print(f"| {part.strip()} | " + " | ".join(f"{figures[s][part]:,.0f}" for s in sides) + " |")
+    print()
+    for side, nodes in padding.items():
+        print(f"{side}: {nodes:,} dead nodes per cycle (filter, update and projection)")
 
 
 if __name__ == "__main__":
