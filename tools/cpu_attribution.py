@@ -3,13 +3,13 @@
 Thread CPU (``time.thread_time``) around the parts of each cycle, on a fresh embedded server
 (or ``--uri``): pymongo's ``find_one_and_update`` (encoding, the socket and its wait,
 decoding), the library's own code (everything else in the call), and the whole cycle;
-median of 7 alternating rounds of 60 cycles per side. Beside docmultilock and the floor:
+median of 9 alternating rounds of 60 cycles per side. Beside docmultilock and the floor:
 
 * two floors that wait longer with the floor's own client work: each update carries a
-  branch the server parses but never runs, of as many nodes as docmultilock sends beyond
-  the floor ("as many nodes"), or of as many as make its cycle last as long as
-  docmultilock's ("as long a wait", scaled from short calibration rounds). What their
-  client CPU gains over the floor follows the server's speed, not the client's code;
+  branch the server parses but never runs, of once and twice as many nodes as
+  docmultilock sends beyond the floor. A least squares line through every round of the
+  three floors (thread CPU against wall time) gives the floor's client CPU at
+  docmultilock's wall time: what the client pays for waiting as long, not for its code;
 * the floor under pymongo's operation timeout (``pymongo.timeout``), which docmultilock
   puts on every command by default, to show what that bound costs::
 
@@ -50,6 +50,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import bson
@@ -64,7 +65,7 @@ from docmultilock._bench._bed import bed, connect
 from docmultilock._expr import Expr
 from docmultilock.testing import EmbeddedServer
 
-ROUNDS = 7
+ROUNDS = 9
 CYCLES = 60
 
 Doc = dict[str, Any]
@@ -157,36 +158,46 @@ def _round(cycle: Callable[[], object]) -> dict[str, float]:
     }
 
 
-def _medians(sides: dict[str, Callable[[], object]], rounds: int) -> dict[str, dict[str, float]]:
-    """µs per cycle, median of ``rounds`` alternating rounds, per side and part."""
+def _rounds(sides: dict[str, Callable[[], object]]) -> dict[str, dict[str, list[float]]]:
+    """µs per cycle of every alternating round, per side and part."""
     found: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in sides}
-    for _ in range(rounds):
+    for side in sides.values():
+        for _ in range(20):
+            side()
+    for _ in range(ROUNDS):
         for name, side in sides.items():
             for part, seconds in _round(side).items():
                 found[name][part].append(seconds / CYCLES * 1e6)
-    return {
-        name: {part: statistics.median(values) for part, values in parts.items()}
-        for name, parts in found.items()
-    }
+    return found
 
 
 def _floor_cycle(floor: _floor.FloorLock, where: Doc) -> Callable[[], object]:
     return lambda: floor.release(where, floor.acquire(where) or "")
 
 
-def measure(uri: str) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
-    """µs per cycle per side and part, and the dead nodes per cycle of each padded floor.
+#: The padded floors: each sends this many times the nodes docmultilock sends beyond it.
+PADDINGS = {"floor, as many nodes": 1, "floor, twice as many": 2}
 
-    Two padded floors wait longer with the floor's client work: one sends as many nodes
-    as docmultilock, the other is padded until its cycle lasts as long (the padding
-    interpolated from short calibration rounds).
-    """
+
+@dataclass(frozen=True)
+class Attribution:
+    """Medians per side and part; the floor's thread CPU fitted at docmultilock's wait."""
+
+    medians: dict[str, dict[str, float]]
+    #: Dead nodes per cycle of each padded floor.
+    padding: dict[str, int]
+    #: The floor's thread CPU per cycle at docmultilock's median wall time, by a least
+    #: squares line through every round of the plain and padded floors (µs).
+    floor_at_our_wait: float
+
+
+def measure(uri: str) -> Attribution:
+    """Measure every side in alternating rounds on one server (``uri``)."""
     with connect(uri) as client, bed(client) as twins, _timed_pymongo():
         twins.seed(1)
         where = {"_id": 0}
         locks, floor = WriteLock(twins.locks), _floor.FloorLock(twins.floor)
         gap = _node_gap()
-        as_many = PaddedFloor(twins.floor, gap)
 
         def deadline() -> None:
             # The floor under pymongo's operation timeout, as docmultilock sends every
@@ -196,30 +207,28 @@ def measure(uri: str) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
             with pymongo.timeout(30):
                 floor.release(where, lock_id)
 
-        mine = lambda: locks.release(where, locks.acquire(where))  # noqa: E731
-        calibration = {"docmultilock": mine, "floor": _floor_cycle(floor, where)}
-        calibration["padded"] = _floor_cycle(as_many, where)
-        for side in calibration.values():
-            for _ in range(20):
-                side()
-        walls = {name: parts["wall time"] for name, parts in _medians(calibration, 3).items()}
-        # Wall time grows linearly with the nodes parsed: scale the padding to match.
-        scale = (walls["docmultilock"] - walls["floor"]) / max(walls["padded"] - walls["floor"], 1)
-        as_long = PaddedFloor(twins.floor, {op: round(n * max(scale, 0)) for op, n in gap.items()})
         sides: dict[str, Callable[[], object]] = {
-            "docmultilock": mine,
-            "floor": calibration["floor"],
-            "floor, as many nodes": calibration["padded"],
-            "floor, as long a wait": _floor_cycle(as_long, where),
-            "floor + timeout": deadline,
+            "docmultilock": lambda: locks.release(where, locks.acquire(where)),
+            "floor": _floor_cycle(floor, where),
         }
-        for _ in range(20):
-            sides["floor, as long a wait"]()
-        padding = {
-            "floor, as many nodes": sum(gap.values()),
-            "floor, as long a wait": sum(round(n * max(scale, 0)) for n in gap.values()),
-        }
-        return _medians(sides, ROUNDS), padding
+        for name, times in PADDINGS.items():
+            padded = PaddedFloor(twins.floor, {op: n * times for op, n in gap.items()})
+            sides[name] = _floor_cycle(padded, where)
+        sides["floor + timeout"] = deadline
+        rounds = _rounds(sides)
+    medians = {
+        name: {part: statistics.median(values) for part, values in parts.items()}
+        for name, parts in rounds.items()
+    }
+    floors = ["floor", *PADDINGS]
+    walls = [w for name in floors for w in rounds[name]["wall time"]]
+    cpus = [c for name in floors for c in rounds[name]["whole cycle (thread CPU)"]]
+    slope, intercept = statistics.linear_regression(walls, cpus)
+    return Attribution(
+        medians,
+        {name: sum(gap.values()) * times for name, times in PADDINGS.items()},
+        intercept + slope * medians["docmultilock"]["wall time"],
+    )
 
 
 def _canned_reply(
@@ -259,7 +268,7 @@ def _canned() -> Iterator[Callable[[], object]]:
 
 
 def canned(cycles: int, profile: bool) -> None:
-    """Print µs per canned cycle (median of 7 rounds) and, with ``profile``, the top functions."""
+    """Print µs per canned cycle (median of the rounds) and, with ``profile``, the top functions."""
     with _canned() as cycle:
         for _ in range(200):
             cycle()
@@ -356,15 +365,23 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         if uri is None:
             uri = stack.enter_context(EmbeddedServer()).uri
-        figures, padding = measure(uri)
+        found = measure(uri)
+    figures = found.medians
     sides = list(figures)
     print("| µs per cycle | " + " | ".join(sides) + " |")
     print("|---" * (len(sides) + 1) + "|")
     for part in figures["floor"]:
         print(f"| {part.strip()} | " + " | ".join(f"{figures[s][part]:,.0f}" for s in sides) + " |")
     print()
-    for side, nodes in padding.items():
+    for side, nodes in found.padding.items():
         print(f"{side}: {nodes:,} dead nodes per cycle (filter, update and projection)")
+    mine = figures["docmultilock"]["whole cycle (thread CPU)"]
+    plain = figures["floor"]["whole cycle (thread CPU)"]
+    print(
+        f"the floor at docmultilock's wall time (least squares over the floors' rounds): "
+        f"{found.floor_at_our_wait:,.0f} µs; docmultilock / floor: {mine / plain:.2f} x, "
+        f"docmultilock / the floor at the same wait: {mine / found.floor_at_our_wait:.2f} x"
+    )
 
 
 if __name__ == "__main__":
