@@ -113,7 +113,7 @@ def _next_fence(clock: bool) -> Expr:
 
 
 def _latest(holders: Expr) -> Expr:
-    """The latest expiry among ``holders`` (null when there are none, or no list)."""
+    """The latest expiry among ``holders``: null when there is no list, or no entry has one."""
     return {"$max": each(holders, "expires")}
 
 
@@ -208,7 +208,8 @@ _FENCE_OK: list[Expr] = [
     {"$lt": ["$$fence0", FENCE_LIMIT]},
 ]
 
-#: True when ``$$st`` (the lock field, missing made null) is ours to write: null, or an
+#: True when ``$$st`` (the lock field, missing made null, with ``$$fence0`` its fence, as
+#: :func:`_constants` and :func:`ours` bind them) is ours to write: null, or an
 #: object with our layout version whose holders, if any, are an array, and whose fence we
 #: can grow. Anything else is never written. The server alone judges it, in the pipeline
 #: (and in ``inspect``'s and ``break_lock``'s projections, which read without writing), so

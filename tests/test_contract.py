@@ -172,7 +172,15 @@ def _fields(lock: Lock) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "foreign",
-    ["mine", 7, {"owner": "bob"}, {"v": 2, "holders": []}, [], {"v": 1, "holders": "x"}],
+    [
+        "mine",
+        7,
+        {"owner": "bob"},
+        {"v": 2, "holders": []},
+        [],
+        {"v": 1, "holders": "x"},
+        [{"v": 1, "fence": 3, "holders": []}],
+    ],
 )
 def test_a_field_holding_foreign_data_is_never_overwritten(
     locks: Manager, collection: Collection[Doc], foreign: Any
@@ -195,13 +203,22 @@ def test_a_held_lock_whose_field_was_overwritten_is_refused_by_name_and_type(
     assert stored_lock(collection) == ["overwritten"]
 
 
-@pytest.mark.parametrize("husk", [{"v": 1}, {"v": 1.0, "fence": 4}, {"v": 1, "holders": []}])
+@pytest.mark.parametrize(
+    "husk",
+    [
+        {"v": 1},
+        {"v": 1.0, "fence": 4},
+        {"v": 1, "holders": []},
+        {"v": 1, "fence": None},
+        {"v": 1, "fence": Int64(2**62 - 1)},
+    ],
+)
 def test_a_lock_field_of_our_layout_without_holders_is_unlocked(
     locks: Manager, collection: Collection[Doc], husk: Doc
 ) -> None:
     collection.insert_one({"_id": 1, "lock": husk})
     lock = take(locks, {"_id": 1})
-    assert lock.fence == husk.get("fence", 0) + 1
+    assert lock.fence == (husk.get("fence") or 0) + 1
 
 
 def test_a_null_lock_field_counts_as_unlocked(locks: Manager, collection: Collection[Doc]) -> None:
@@ -291,12 +308,23 @@ def test_a_filter_bson_cannot_carry_is_refused(locks: Manager, doc: Doc, value: 
         float("inf"),
         Decimal128("3"),
         Int64(2**63 - 1),
+        Int64(2**62),
         2.5,
         3.0,
         -1,
         "3",
     ],
-    ids=["nan", "infinity", "decimal128", "int64-max", "fraction", "double", "negative", "str"],
+    ids=[
+        "nan",
+        "infinity",
+        "decimal128",
+        "int64-max",
+        "fence-limit",
+        "fraction",
+        "double",
+        "negative",
+        "str",
+    ],
 )
 def test_a_lock_field_with_a_fence_docmultilock_cannot_grow_is_never_written(
     locks: Manager, collection: Collection[Doc], fence: Any

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+from bson.int64 import Int64
 from pymongo.collection import Collection
 
 from docmultilock import (
@@ -114,10 +115,21 @@ def test_inspect_of_a_missing_document_is_resource_not_found(rw: MultiLock) -> N
         rw.inspect({"_id": "nope"})
 
 
+#: Fields docmultilock does not own: another type, and our layout with a fence it cannot grow.
+FOREIGN = [
+    "someone else's",
+    [1, 2],
+    {"v": 1, "fence": 2.5, "holders": []},
+    {"v": 1, "fence": Int64(2**62), "holders": []},
+]
+FOREIGN_IDS = ["string", "array", "double-fence", "fence-limit"]
+
+
+@pytest.mark.parametrize("foreign", FOREIGN, ids=FOREIGN_IDS)
 def test_inspect_of_a_field_docmultilock_does_not_own_is_refused(
-    rw: MultiLock, collection: Collection[Doc]
+    rw: MultiLock, collection: Collection[Doc], foreign: Any
 ) -> None:
-    collection.insert_one({"_id": 1, "lock": "someone else's"})
+    collection.insert_one({"_id": 1, "lock": foreign})
     with pytest.raises(IncompatibleLockField):
         rw.inspect({"_id": 1})
 
@@ -237,11 +249,14 @@ def test_break_on_a_missing_document_is_resource_not_found(rw: MultiLock) -> Non
         rw.break_lock({"_id": "nope"}, everyone=True)
 
 
-def test_break_leaves_a_foreign_field_alone(rw: MultiLock, collection: Collection[Doc]) -> None:
-    collection.insert_one({"_id": 1, "lock": [1, 2]})
+@pytest.mark.parametrize("foreign", FOREIGN, ids=FOREIGN_IDS)
+def test_break_leaves_a_foreign_field_alone(
+    rw: MultiLock, collection: Collection[Doc], foreign: Any
+) -> None:
+    collection.insert_one({"_id": 1, "lock": foreign})
     with pytest.raises(IncompatibleLockField):
         rw.break_lock({"_id": 1}, everyone=True)
-    assert stored_lock(collection) == [1, 2]
+    assert stored_lock(collection) == foreign
 
 
 def test_the_fence_grows_across_break_lock_on_a_document(

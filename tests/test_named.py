@@ -106,11 +106,14 @@ def test_the_last_exclusive_release_deletes_the_document(
     assert stored(collection, "order-42") is None
 
 
+@pytest.mark.parametrize(
+    "overwrite", [{"lock.v": 2}, {"lock.fence": 2.5}], ids=["version", "fence"]
+)
 def test_the_last_release_never_deletes_a_document_whose_field_is_not_ours(
-    named: NamedLocks, collection: Collection[Doc]
+    named: NamedLocks, collection: Collection[Doc], overwrite: Doc
 ) -> None:
     lock = named.acquire("job")
-    collection.update_one({"_id": "job"}, {"$set": {"lock.v": 2, "note": "kept"}})
+    collection.update_one({"_id": "job"}, {"$set": {**overwrite, "note": "kept"}})
     before = stored(collection, "job")
     with pytest.raises(IncompatibleLockField):
         named.release("job", lock)

@@ -79,6 +79,29 @@ def test_a_live_entry_another_table_left_on_the_field_refuses_it(
     assert stored_lock(collection) == before
 
 
+@pytest.mark.parametrize(
+    "names",
+    [["expired", "live"], ["live", "expired"], ["empty", "number", "live"]],
+    ids=["expired-first", "live-first", "beside-malformed-entries"],
+)
+def test_one_live_entry_among_others_refuses_it(
+    write_lock: WriteLock, collection: Collection[Doc], client: Any, names: list[str]
+) -> None:
+    now = server_now(client)
+    entries: dict[str, Any] = {
+        "expired": {"id": "a" * 32, "tag": "write", "expires": now - timedelta(hours=1)},
+        "live": {"id": "b" * 32, "tag": "write", "expires": now + timedelta(hours=1)},
+        "empty": {},
+        "number": 5,
+    }
+    holders = [entries[name] for name in names]
+    collection.insert_one({"_id": 1, "lock": {"v": 1, "fence": 1, "holders": holders}})
+    before = stored_lock(collection)
+    with pytest.raises(LockAlreadyTaken):
+        write_lock.acquire({"_id": 1})
+    assert stored_lock(collection) == before
+
+
 def test_release_frees_the_document(write_lock: WriteLock, doc: Doc) -> None:
     lock = write_lock.acquire(doc)
     write_lock.release(doc, lock)
