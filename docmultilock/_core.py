@@ -29,7 +29,7 @@ from docmultilock._expr import SERVER_NOW, Expr, contains, each, literal
 from docmultilock._lock import Lock, as_utc
 from docmultilock._pipeline import (
     FENCES_PER_MS,
-    LAYOUT_VERSION,
+    LAYOUT,
     acquire_body,
     capped,
     extend_body,
@@ -449,9 +449,7 @@ class LockCore:
             raise IncompatibleLockField(
                 f"field {self.field!r} of document {reply.get('_id')!r} holds data "
                 f"docmultilock does not own (type {reply.get('t')!r}, version "
-                f"{reply.get('v')!r}; docmultilock writes a version-{LAYOUT_VERSION} object "
-                f"whose holders are an array and whose fence is an int or long from 0 to "
-                f"2**62); nothing was written",
+                f"{reply.get('v')!r}; docmultilock writes {LAYOUT}); nothing was written",
                 filter=user_filter,
             )
         return self.read_reply(reply, user_filter, None, doing)

@@ -11,7 +11,7 @@ from typing import Any
 
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, WriteConcernError
 
-from docmultilock._pipeline import LAYOUT_VERSION, foreign_field
+from docmultilock._pipeline import LAYOUT, foreign_field
 from docmultilock.errors import (
     DbError,
     DbTimeout,
@@ -57,9 +57,7 @@ def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -
             return IncompatibleLockField(
                 f"{doing} refused: field {field} of the document matching "
                 f"{dict(filter or {})!r} holds data docmultilock does not own (of type "
-                f"{held}); docmultilock writes a version-{LAYOUT_VERSION} object whose "
-                "holders are an array and whose fence is an int or long from 0 to 2**62; "
-                "nothing was written",
+                f"{held}); docmultilock writes {LAYOUT}; nothing was written",
                 filter=filter,
             )
     if isinstance(exc, OperationFailure) and exc.code in _TOO_LARGE_CODES:

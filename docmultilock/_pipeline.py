@@ -50,6 +50,7 @@ __all__ = [
     "BREAK_MODES",
     "FENCES_PER_MS",
     "FENCE_LIMIT",
+    "LAYOUT",
     "LAYOUT_VERSION",
     "acquire_body",
     "break_body",
@@ -207,6 +208,12 @@ _FENCE_OK: list[Expr] = [
     {"$gte": ["$$fence0", 0]},
     {"$lt": ["$$fence0", FENCE_LIMIT]},
 ]
+
+#: What ``OURS`` accepts besides null, in words, for the errors that refuse a field.
+LAYOUT = (
+    f"a version-{LAYOUT_VERSION} object whose holders are an array and whose fence is an "
+    "int or long from 0 to 2**62"
+)
 
 #: True when ``$$st`` (the lock field, missing made null, with ``$$fence0`` its fence, as
 #: :func:`_constants` and :func:`ours` bind them) is ours to write: null, or an

@@ -6,10 +6,11 @@ decoding), the library's own code (everything else in the call), and the whole c
 median of 9 alternating rounds of 60 cycles per side. Beside docmultilock and the floor:
 
 * two floors that wait longer with the floor's own client work: each update carries a
-  branch the server parses but never runs, of once and twice as many nodes as
-  docmultilock sends beyond the floor. A least squares line through every round of the
-  three floors (thread CPU against wall time) gives the floor's client CPU at
-  docmultilock's wall time: what the client pays for waiting as long, not for its code;
+  branch the server parses but never runs, and a cycle's branches add up to once and
+  twice the nodes a docmultilock cycle sends beyond the floor's. A least squares line
+  through every round of the three floors (thread CPU against wall time) gives the
+  floor's client CPU at docmultilock's wall time: what the client pays for waiting as
+  long, not for its code;
 * the floor under pymongo's operation timeout (``pymongo.timeout``), which docmultilock
   puts on every command by default, to show what that bound costs::
 
@@ -104,44 +105,34 @@ def _dead(count: int) -> RawBSONDocument:
 
 
 class PaddedFloor(_floor.FloorLock):
-    """The floor whose every update carries a dead branch of ``padding[operation]`` nodes.
+    """The floor whose every update carries a dead branch of about ``nodes`` nodes.
 
     The server parses the branch (``$cond`` on a constant false), never runs it: the
     client's work is the floor's own, plus the bytes of the branch, copied pre-encoded.
     """
 
-    def __init__(self, collection: Any, padding: dict[str, int]) -> None:
+    def __init__(self, collection: Any, nodes: int) -> None:
         super().__init__(collection)
-        # The $cond around the real update takes 3 nodes of each operation's padding.
-        self._dead = {op: _dead(count - 3) for op, count in padding.items() if count > 3}
-        self._doing = "acquire"
-
-    def acquire(self, where: Mapping[str, Any], *, upsert: bool = False) -> str | None:
-        """The floor's acquire, padded as an acquire."""
-        self._doing = "acquire"
-        return super().acquire(where, upsert=upsert)
-
-    def release(self, where: Mapping[str, Any], lock_id: str) -> bool:
-        """The floor's release, padded as a release."""
-        self._doing = "release"
-        return super().release(where, lock_id)
+        # The $cond around the real update takes 3 of the nodes.
+        self._dead = _dead(nodes - 3)["x"] if nodes > 3 else None
 
     def _send(self, where: Mapping[str, Any], update: list[Doc], **options: Any) -> Doc | None:
-        dead = self._dead.get(self._doing)
-        if dead is not None:
+        if self._dead is not None:
             real = update[0]["$set"][_floor.FIELD]
-            update = [{"$set": {_floor.FIELD: {"$cond": [False, dead["x"], real]}}}]
+            update = [{"$set": {_floor.FIELD: {"$cond": [False, self._dead, real]}}}]
         return super()._send(where, update, **options)
 
 
-def _node_gap() -> dict[str, int]:
-    """Per operation, the nodes (filter, update, projection) a WriteLock sends beyond the floor."""
+def _node_gap() -> int:
+    """The nodes (filter, update, projection) a WriteLock cycle sends beyond the floor's."""
     ours, floor = _shape.shapes()
-    return {
-        op: (ours["WriteLock", op].nodes + ours["WriteLock", op].projection_nodes)
-        - (floor[op].nodes + floor[op].projection_nodes)
+    return sum(
+        ours["WriteLock", op].nodes
+        + ours["WriteLock", op].projection_nodes
+        - floor[op].nodes
+        - floor[op].projection_nodes
         for op in ("acquire", "release")
-    }
+    )
 
 
 def _round(cycle: Callable[[], object]) -> dict[str, float]:
@@ -212,7 +203,7 @@ def measure(uri: str) -> Attribution:
             "floor": _floor_cycle(floor, where),
         }
         for name, times in PADDINGS.items():
-            padded = PaddedFloor(twins.floor, {op: n * times for op, n in gap.items()})
+            padded = PaddedFloor(twins.floor, gap * times // 2)  # per command
             sides[name] = _floor_cycle(padded, where)
         sides["floor + timeout"] = deadline
         rounds = _rounds(sides)
@@ -226,7 +217,7 @@ def measure(uri: str) -> Attribution:
     slope, intercept = statistics.linear_regression(walls, cpus)
     return Attribution(
         medians,
-        {name: sum(gap.values()) * times for name, times in PADDINGS.items()},
+        {name: gap * times for name, times in PADDINGS.items()},
         intercept + slope * medians["docmultilock"]["wall time"],
     )
 
