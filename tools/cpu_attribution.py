@@ -11,8 +11,11 @@ median of 9 alternating rounds of 60 cycles per side. Beside docmultilock and th
   through every round of the three floors (thread CPU against wall time) gives the
   floor's client CPU at docmultilock's wall time: what the client pays for waiting as
   long, not for its code;
-* the floor under pymongo's operation timeout (``pymongo.timeout``), which docmultilock
-  puts on every command by default, to show what that bound costs::
+* the floor and both padded floors under pymongo's operation timeout (``pymongo.timeout``),
+  which docmultilock puts on every command by default: what that bound costs, and, by a
+  second line through their rounds, the floor's client CPU at docmultilock's wait with the
+  timeout on: the least a client can spend on a cycle that waits as long and keeps the
+  bound::
 
     python tools/cpu_attribution.py
 
@@ -162,8 +165,21 @@ def _rounds(sides: dict[str, Callable[[], object]]) -> dict[str, dict[str, list[
     return found
 
 
-def _floor_cycle(floor: _floor.FloorLock, where: Doc) -> Callable[[], object]:
-    return lambda: floor.release(where, floor.acquire(where) or "")
+def _floor_cycle(
+    floor: _floor.FloorLock, where: Doc, timeout: float | None = None
+) -> Callable[[], object]:
+    """A floor acquire+release cycle; with ``timeout``, each command under that bound."""
+    if timeout is None:
+        return lambda: floor.release(where, floor.acquire(where) or "")
+
+    def bounded() -> None:
+        # As docmultilock sends every command by default: each under pymongo's timeout.
+        with pymongo.timeout(timeout):
+            lock_id = floor.acquire(where) or ""
+        with pymongo.timeout(timeout):
+            floor.release(where, lock_id)
+
+    return bounded
 
 
 #: The padded floors: each sends this many times the nodes docmultilock sends beyond it.
@@ -180,6 +196,20 @@ class Attribution:
     #: The floor's thread CPU per cycle at docmultilock's median wall time, by a least
     #: squares line through every round of the plain and padded floors (µs).
     floor_at_our_wait: float
+    #: The same, through the rounds of the floors under the operation timeout (µs).
+    bounded_floor_at_our_wait: float
+
+
+#: The floors with the operation timeout, as ``measure`` names them.
+BOUNDED = {name: f"{name} + timeout" for name in ("floor", *PADDINGS)}
+
+
+def _at_wait(rounds: dict[str, dict[str, list[float]]], sides: list[str], wall: float) -> float:
+    """Thread CPU per cycle at ``wall``, by a least squares line through ``sides``' rounds."""
+    walls = [w for name in sides for w in rounds[name]["wall time"]]
+    cpus = [c for name in sides for c in rounds[name]["whole cycle (thread CPU)"]]
+    slope, intercept = statistics.linear_regression(walls, cpus)
+    return intercept + slope * wall
 
 
 def measure(uri: str) -> Attribution:
@@ -190,35 +220,27 @@ def measure(uri: str) -> Attribution:
         locks, floor = WriteLock(twins.locks), _floor.FloorLock(twins.floor)
         gap = _node_gap()
 
-        def deadline() -> None:
-            # The floor under pymongo's operation timeout, as docmultilock sends every
-            # command by default (``timeout``): what that bound costs the client alone.
-            with pymongo.timeout(30):
-                lock_id = floor.acquire(where) or ""
-            with pymongo.timeout(30):
-                floor.release(where, lock_id)
-
         sides: dict[str, Callable[[], object]] = {
             "docmultilock": lambda: locks.release(where, locks.acquire(where)),
             "floor": _floor_cycle(floor, where),
         }
+        floors: dict[str, _floor.FloorLock] = {"floor": floor}
         for name, times in PADDINGS.items():
-            padded = PaddedFloor(twins.floor, gap * times // 2)  # per command
-            sides[name] = _floor_cycle(padded, where)
-        sides["floor + timeout"] = deadline
+            floors[name] = PaddedFloor(twins.floor, gap * times // 2)  # per command
+            sides[name] = _floor_cycle(floors[name], where)
+        for name, bounded in BOUNDED.items():
+            sides[bounded] = _floor_cycle(floors[name], where, locks.options.timeout)
         rounds = _rounds(sides)
     medians = {
         name: {part: statistics.median(values) for part, values in parts.items()}
         for name, parts in rounds.items()
     }
-    floors = ["floor", *PADDINGS]
-    walls = [w for name in floors for w in rounds[name]["wall time"]]
-    cpus = [c for name in floors for c in rounds[name]["whole cycle (thread CPU)"]]
-    slope, intercept = statistics.linear_regression(walls, cpus)
+    wall = medians["docmultilock"]["wall time"]
     return Attribution(
         medians,
         {name: gap * times for name, times in PADDINGS.items()},
-        intercept + slope * medians["docmultilock"]["wall time"],
+        _at_wait(rounds, list(BOUNDED), wall),
+        _at_wait(rounds, list(BOUNDED.values()), wall),
     )
 
 
@@ -372,6 +394,12 @@ def main() -> None:
         f"the floor at docmultilock's wall time (least squares over the floors' rounds): "
         f"{found.floor_at_our_wait:,.0f} µs; docmultilock / floor: {mine / plain:.2f} x, "
         f"docmultilock / the floor at the same wait: {mine / found.floor_at_our_wait:.2f} x"
+    )
+    bounded = found.bounded_floor_at_our_wait
+    print(
+        f"the floor under the timeout at docmultilock's wall time (least squares over those "
+        f"floors' rounds): {bounded:,.0f} µs, {bounded / plain:.2f} x the floor; "
+        f"docmultilock / it: {mine / bounded:.2f} x"
     )
 
 
