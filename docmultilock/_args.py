@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 import bson
 import bson.errors
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.decimal128 import Decimal128
 from bson.objectid import ObjectId
+from bson.regex import Regex
 
 from docmultilock._lock import (
     LOCK_ID_PATTERN,
@@ -156,9 +159,15 @@ def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:
 
 
 def _is_plain_value(value: object) -> bool:
-    """True for an equality value, false for an operator document like ``{"$in": [...]}``."""
+    """True for an equality value, false for an operator or a regular expression.
+
+    A filter matches ``{"$in": [...]}`` or a pattern against the ``_id``; it compares only
+    an equality value with it.
+    """
     if type(value) in _FLAT:  # the common _id, before the slower Mapping check
         return True
+    if isinstance(value, (Regex, re.Pattern)):
+        return False
     return not (isinstance(value, Mapping) and any(str(k).startswith("$") for k in value))
 
 
@@ -176,12 +185,16 @@ def _number(value: object) -> Decimal | None:
 _EXACT = frozenset({str, int, ObjectId})
 
 
-def same_bson_value(a: object, b: object) -> bool:
+def same_bson_value(
+    a: object, b: object, codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS
+) -> bool:
     """Equality as MongoDB matches a value (an ``_id`` in a filter against a lock's document).
 
     Numbers compare by value across BSON types (int, long, double, decimal), documents
     field by field *in order*, arrays element by element, everything else as the same
-    BSON bytes.
+    BSON bytes, encoded with ``codec_options``: the collection's, as pymongo sends them
+    (a ``uuid.UUID`` is encoded by its ``uuid_representation``, a custom type by its
+    ``type_registry``).
     """
     if type(a) is type(b) and type(a) in _EXACT and (type(a) is not str or a.isascii()):
         return bool(a == b)  # the same BSON type, whose Python equality is MongoDB's
@@ -197,34 +210,41 @@ def same_bson_value(a: object, b: object) -> bool:
             isinstance(a, Mapping)
             and isinstance(b, Mapping)
             and list(a) == list(b)
-            and all(same_bson_value(a[key], b[key]) for key in a)
+            and all(same_bson_value(a[key], b[key], codec_options) for key in a)
         )
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return (
             isinstance(a, (list, tuple))
             and isinstance(b, (list, tuple))
             and len(a) == len(b)
-            and all(same_bson_value(x, y) for x, y in zip(a, b, strict=True))
+            and all(same_bson_value(x, y, codec_options) for x, y in zip(a, b, strict=True))
         )
     try:
-        return bson.encode({"v": a}) == bson.encode({"v": b})
+        return bson.encode({"v": a}, codec_options=codec_options) == bson.encode(
+            {"v": b}, codec_options=codec_options
+        )
     except (bson.errors.BSONError, OverflowError, ValueError):
         return False
 
 
-def document_target(filter: dict[str, Any], document_id: Any) -> dict[str, Any]:  # noqa: A002
+def document_target(
+    filter: dict[str, Any],  # noqa: A002
+    document_id: Any,
+    codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
+) -> dict[str, Any]:
     """The filter for acting on the lock's own document, refusing one that names another.
 
-    An ``_id`` equality in the filter is compared with the lock's document here, so a lock
-    from another document is refused before anything is written. Any other filter is
-    combined with the lock's ``_id``, so the command matches only that document, and only
-    while it still matches the caller's filter.
+    An ``_id`` equality in the filter is compared with the lock's document here (as the
+    collection's ``codec_options`` encode both), so a lock from another document is
+    refused before anything is written. Any other filter is combined with the lock's
+    ``_id``, so the command matches only that document, and only while it still matches
+    the caller's filter.
     """
     if "_id" not in filter:
         return {**filter, "_id": document_id}
     named = filter["_id"]
     if _is_plain_value(named):
-        if not same_bson_value(named, document_id):
+        if not same_bson_value(named, document_id, codec_options):
             raise InvalidArgument(
                 f"the lock belongs to document {document_id!r}, but the filter names {named!r}"
             )

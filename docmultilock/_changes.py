@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from bson import encode
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 
 __all__ = ["ANY_GRANTED", "MAX_AWAIT_MS", "Blockers", "Interest", "Interests", "stream_pipeline"]
 
@@ -50,13 +51,15 @@ MAX_AWAIT_MS = 100
 _arrivals = itertools.count()
 
 
-def _key(document_id: Any) -> bytes:
+def _key(document_id: Any, codec_options: CodecOptions[Any]) -> bytes:
     """``document_id`` as BSON bytes: equal where MongoDB's ``_id``s are.
 
     Python calls ``1`` and ``True`` equal, and ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}``;
-    MongoDB tells both pairs apart. Every id here comes from the server, typed as stored.
+    MongoDB tells both pairs apart. Every id here comes from the server, typed as stored,
+    decoded with the collection's ``codec_options``, which encode it back (a ``uuid.UUID``
+    needs its representation).
     """
-    return encode({"_id": document_id})
+    return encode({"_id": document_id}, codec_options=codec_options)
 
 
 class Blockers(NamedTuple):
@@ -91,9 +94,10 @@ class Interest:
         blockers: Blockers = ANY_GRANTED,
         entry: str | None = None,
         fair: bool = False,
+        codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
     ) -> None:
         self.document_id = document_id
-        self.key = _key(document_id)
+        self.key = _key(document_id, codec_options)
         self.exclusive = exclusive
         self.blockers = blockers
         self.entry = entry  # our pending entry's id
@@ -156,8 +160,11 @@ def _entries(change: Mapping[str, Any], field: str) -> list[Mapping[str, Any]] |
 class Interests:
     """The waiters one stream serves, in arrival order, and whom an event wakes."""
 
-    def __init__(self, field: str) -> None:
+    def __init__(
+        self, field: str, codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS
+    ) -> None:
         self.field = field
+        self.codec_options = codec_options  # the collection's, as its interests were made
         self._all: list[Interest] = []
         # Per watched document (by key), what the last change seen left there.
         self._seen: dict[bytes, _Seen] = {}
@@ -209,7 +216,7 @@ class Interests:
 
     def wake_all(self, ids: list[Any] | None = None) -> None:
         """Wake every waiter (of ``ids``): an event may have been missed."""
-        keys = None if ids is None else {_key(i) for i in ids}
+        keys = None if ids is None else {_key(i, self.codec_options) for i in ids}
         for interest in self._all:
             if keys is None or interest.key in keys:
                 interest.wake()
@@ -220,7 +227,7 @@ class Interests:
         document = change.get("documentKey")
         if not isinstance(document, Mapping) or "_id" not in document:
             return
-        key = _key(document["_id"])
+        key = _key(document["_id"], self.codec_options)
         waiting = self._of(key)
         if not waiting:
             return

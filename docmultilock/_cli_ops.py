@@ -245,7 +245,7 @@ def _break(args: argparse.Namespace) -> int:
         if args.name is None:
             _only_match(locks, key)
             # Break exactly the document shown, whatever else matches by the time it runs.
-            key = document_target(key, snapshot.document_id)
+            key = document_target(key, snapshot.document_id, locks.collection.codec_options)
         if args.lock_id is not None and args.lock_id not in _ids(snapshot.holders):
             raise CliError(f"no entry {args.lock_id} on {where}: nothing was written", "not_found")
         if not planned:

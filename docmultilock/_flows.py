@@ -254,8 +254,9 @@ def send(
 
 
 #: What encoding raises before anything is sent: the caller's filter holds a value BSON
-#: cannot carry (an int beyond 64 bits, an arbitrary object, a lone surrogate in a string).
-UNENCODABLE = (InvalidDocument, OverflowError, UnicodeEncodeError)
+#: cannot carry (an int beyond 64 bits, an arbitrary object; a ``ValueError`` for a lone
+#: surrogate in a string, or a ``uuid.UUID`` on a client without a ``uuidRepresentation``).
+UNENCODABLE = (InvalidDocument, OverflowError, ValueError)
 
 
 def unencodable(exc: Exception) -> InvalidArgument:

@@ -12,6 +12,9 @@ from typing import Any
 import bson
 import marshmallow
 from bson import json_util
+from bson.binary import UuidRepresentation
+from bson.code import Code
+from bson.dbref import DBRef
 from bson.errors import BSONError
 from bson.objectid import ObjectId
 from bson.regex import Regex
@@ -25,7 +28,8 @@ __all__ = [
     "nests_deeper_than",
 ]
 
-LOCK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+#: 32 lowercase hex digits, nothing before or after (``$`` would allow a final newline).
+LOCK_ID_PATTERN = re.compile(r"\A[0-9a-f]{32}\Z")
 
 
 def as_utc(value: datetime) -> datetime:
@@ -45,7 +49,10 @@ MAX_DEPTH = 100
 
 
 def nests_deeper_than(value: object, limit: int) -> bool:
-    """True when documents and arrays nest deeper than ``limit`` in ``value`` (no recursion)."""
+    """True when documents and arrays nest deeper than ``limit`` in ``value`` (no recursion).
+
+    A ``DBRef`` is a document, and a ``Code`` with a scope holds one: both count.
+    """
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -53,6 +60,10 @@ def nests_deeper_than(value: object, limit: int) -> bool:
             children: Any = item.values()
         elif isinstance(item, (list, tuple)):
             children = item
+        elif isinstance(item, DBRef):
+            children = item.as_doc().values()
+        elif isinstance(item, Code) and item.scope is not None:
+            children = (item.scope,)
         else:
             continue
         if depth > limit:
@@ -109,16 +120,30 @@ class Lock:
     pending: bool = False
 
 
+#: Extended JSON wraps a value in at most two levels of its own (``{"$binary": {...}}``).
+_WRAPPING = 2
+
+
 class _ExtendedJson(marshmallow.fields.Field[Any]):
-    """Any BSON value as canonical Extended JSON data, so ``_id`` types survive a round trip."""
+    """Any BSON value as canonical Extended JSON data, so ``_id`` types survive a round trip.
+
+    A ``uuid.UUID`` is written in the schema's ``uuid_representation``; loading keeps the
+    binary as written (``bson.Binary``), which matches the same stored bytes.
+    """
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
-        return json.loads(json_util.dumps(value, json_options=json_util.CANONICAL_JSON_OPTIONS))
+        representation = getattr(self.root, "uuid_representation", UuidRepresentation.STANDARD)
+        options = json_util.CANONICAL_JSON_OPTIONS.with_options(uuid_representation=representation)
+        return json.loads(json_util.dumps(value, json_options=options))
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        # Checked before any recursive code sees it: a client's deeply nested JSON must be
+        # a ValidationError, not a RecursionError.
+        if nests_deeper_than(value, MAX_DEPTH + _WRAPPING):
+            raise marshmallow.ValidationError(f"nests deeper than MongoDB's {MAX_DEPTH} levels")
         try:
             loaded = json_util.loads(json.dumps(value))
-        except (TypeError, ValueError, OverflowError, BSONError) as exc:
+        except (TypeError, ValueError, OverflowError, BSONError, RecursionError) as exc:
             raise marshmallow.ValidationError("not valid Extended JSON") from exc
         problem = document_id_problem(loaded)
         if problem is not None:
@@ -141,10 +166,20 @@ class LockSchema(marshmallow.Schema):
 
         data = LockSchema().dump(lock)          # hand it to the client
         lock = LockSchema().load(data)          # take it back in a later request
+
+    A ``uuid.UUID`` ``_id`` is written as BSON stores it under ``uuid_representation``:
+    the standard one (binary subtype 4) unless the client's ``uuidRepresentation`` is a
+    legacy one, which is then given here (``LockSchema(uuid_representation=...)``).
     """
 
     class Meta:
         unknown = marshmallow.RAISE
+
+    def __init__(
+        self, *args: Any, uuid_representation: int = UuidRepresentation.STANDARD, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.uuid_representation = uuid_representation
 
     id = marshmallow.fields.String(
         required=True, validate=marshmallow.validate.Regexp(LOCK_ID_PATTERN)

@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
@@ -60,6 +61,8 @@ class LockOperations:
 
     :param where: identifies the collection for the process-wide TTL-index record: the
         client object (held weakly) and the collection's full name.
+    :param codec_options: the collection's, with which a filter's ``_id`` is compared to a
+        lock's document (a ``uuid.UUID`` is encoded by its representation).
     :param listener: told of every decision (``_events``); its errors are only logged.
     """
 
@@ -70,9 +73,11 @@ class LockOperations:
         home: Home,
         verdicts: Verdicts,
         where: tuple[object, str],
+        codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
         listener: LockListener | None = None,
     ) -> None:
         self.options = options
+        self.codec_options = codec_options
         self.events = Emitter(listener)
         self.core = LockCore(
             options.field,
@@ -107,7 +112,7 @@ class LockOperations:
     def _locate(self, key: object, lock: Lock) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(user_filter, target)``: the key's filter, pinned to the lock's own document."""
         user_filter = self.key_filter(key)
-        return user_filter, document_target(user_filter, lock.document_id)
+        return user_filter, document_target(user_filter, lock.document_id, self.codec_options)
 
     def mapped(self, err: LockError) -> BaseException:
         """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
@@ -168,7 +173,7 @@ class LockOperations:
         if lock is not None:
             pending = check_lock(lock, rules)
             name = pending.tag
-            target = document_target(user_filter, pending.document_id)
+            target = document_target(user_filter, pending.document_id, self.codec_options)
         else:
             name = tag_or_only(tag, rules)
         plan = self.core.acquire(

@@ -54,9 +54,15 @@ _NO_STREAMS = frozenset({13, 59, 115, 40324, 40573})
 _OPEN_ATTEMPTS = 5
 
 
-def _interest(watch: Watch, notify: Callable[[], None]) -> Interest:
+def _interest(watch: Watch, notify: Callable[[], None], collection: Any) -> Interest:
     return Interest(
-        watch.document_id, watch.exclusive, notify, watch.blockers, watch.entry, watch.fair
+        watch.document_id,
+        watch.exclusive,
+        notify,
+        watch.blockers,
+        watch.entry,
+        watch.fair,
+        collection.codec_options,
     )
 
 
@@ -138,7 +144,7 @@ class _Stream:
         self.lock = hub.lock
         self.key = key
         self.collection = collection
-        self.interests = Interests(field)
+        self.interests = Interests(field, collection.codec_options)
         self.unavailable = False
         self.thread = threading.Thread(target=self._run, name="docmultilock-wakeup", daemon=True)
 
@@ -224,6 +230,8 @@ class Watchers:
         field = watch.field
         client = collection.database.client
         key = (id(client), collection.full_name, field)
+        event = threading.Event()
+        interest = _interest(watch, event.set, collection)  # may raise: before any stream
         with self.lock:
             if (client, collection.full_name) in self.unavailable:
                 return None
@@ -231,8 +239,6 @@ class Watchers:
             start = stream is None
             if stream is None:
                 stream = self.streams[key] = _Stream(self, key, collection, field)
-            event = threading.Event()
-            interest = _interest(watch, event.set)
             stream.interests.add(interest)
         if start:
             try:
@@ -294,7 +300,7 @@ class _AsyncStream:
         self.hub = hub
         self.key = key
         self.collection = collection
-        self.interests = Interests(field)
+        self.interests = Interests(field, collection.codec_options)
         self.unavailable = False
         self.task: asyncio.Task[None] | None = None
 
@@ -381,6 +387,8 @@ class AsyncWatchers:
         client = collection.database.client
         if (client, collection.full_name) in self.unavailable:
             return None
+        event = asyncio.Event()
+        interest = _interest(watch, event.set, collection)  # may raise: before any stream
         key = (id(client), collection.full_name, field)
         stream = self.streams.get(key)
         if stream is None:
@@ -391,8 +399,6 @@ class AsyncWatchers:
             stream.task = contextvars.Context().run(
                 loop.create_task, stream.run(), name="docmultilock-wakeup"
             )
-        event = asyncio.Event()
-        interest = _interest(watch, event.set)
         stream.interests.add(interest)
         return AsyncSubscription(stream, interest, event)
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bson import json_util
+from bson.binary import UuidRepresentation
 
 if TYPE_CHECKING:
     from docmultilock._lock import Lock
@@ -55,9 +56,15 @@ __all__ = [
 ]
 
 
+#: Relaxed Extended JSON, a ``uuid.UUID`` written as the standard binary (subtype 4).
+_RELAXED = json_util.RELAXED_JSON_OPTIONS.with_options(
+    uuid_representation=UuidRepresentation.STANDARD
+)
+
+
 def _relaxed(value: Any) -> Any:
-    """Turn BSON values (ObjectId, datetime, ...) into JSON-safe data (relaxed Extended JSON)."""
-    return json.loads(json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS))
+    """Turn BSON values (ObjectId, datetime, UUID...) into JSON-safe relaxed Extended JSON."""
+    return json.loads(json_util.dumps(value, json_options=_RELAXED))
 
 
 def _restore(cls: type[LockError], message: str, state: dict[str, Any]) -> LockError:

@@ -83,3 +83,11 @@ def skewed_clock(offset: str) -> list[str]:
             "(apt-get install faketime; .ci/run installs it)"
         )
     return [faketime, "-m", "--exclude-monotonic", "-f", offset]
+
+
+def nested(depth: int) -> Any:
+    """``{"a": {"a": ... 1}}``, ``depth`` documents deep."""
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import marshmallow
 import pytest
 from bson import CodecOptions
+from bson.dbref import DBRef
 from bson.errors import InvalidDocument
 from bson.raw_bson import RawBSONDocument
 from hypothesis import HealthCheck, given, settings
@@ -50,7 +51,7 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
-from tests.helpers import USER_FIELDS
+from tests.helpers import USER_FIELDS, nested
 
 Doc = dict[str, Any]
 Manager = WriteLock | MultiLock
@@ -480,7 +481,9 @@ def test_a_loaded_lock_cannot_carry_an_operator_as_its_document(document_id: Any
         LockSchema().load(data)
 
 
-@pytest.mark.parametrize("document_id", [{"$ne": None}, [1, 2], 2**64])
+@pytest.mark.parametrize(
+    "document_id", [{"$ne": None}, [1, 2], 2**64, DBRef("orders", nested(150))]
+)
 def test_a_hand_made_lock_naming_an_operator_as_its_document_is_refused(
     scene: Scene, document_id: Any
 ) -> None:
@@ -503,7 +506,9 @@ def test_a_lock_with_dates_out_of_range_is_a_validation_error(key: str, bad: Any
         LockSchema().load(data)
 
 
-@pytest.mark.parametrize(("key", "bad"), [("id", 5), ("id", "A" * 32), ("tag", ["write"])])
+@pytest.mark.parametrize(
+    ("key", "bad"), [("id", 5), ("id", "A" * 32), ("id", "a" * 32 + "\n"), ("tag", ["write"])]
+)
 def test_a_hand_made_lock_with_a_malformed_id_or_tag_is_refused(
     scene: Scene, key: str, bad: Any
 ) -> None:

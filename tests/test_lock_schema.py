@@ -12,6 +12,7 @@ from bson import Int64, ObjectId
 from pymongo.collection import Collection
 
 from docmultilock import Lock, LockSchema, MultiLock
+from tests.helpers import nested
 
 Doc = dict[str, Any]
 
@@ -64,8 +65,11 @@ def test_unknown_keys_are_refused() -> None:
         ("id", "0" * 31),
         ("fence", -1),
         ("fence", "7"),
+        ("id", "0" * 32 + "\n"),
         ("expires_at", "2026-01-01T12:00:00"),  # naive: refused
         ("tag", ""),
+        ("document_id", {"$ref": "orders", "$id": nested(150)}),  # a DBRef is a document
+        ("document_id", nested(5_000)),  # refused before any recursive code sees it
     ],
 )
 def test_forged_or_broken_fields_are_refused(key: str, bad: Any) -> None:

@@ -212,6 +212,7 @@ class _AsyncDocumentLocks(AsyncLockManager):
             home=DOCUMENTS,
             verdicts=verdicts,
             where=(collection.database.client, collection.full_name),
+            codec_options=collection.codec_options,
             listener=listener,
         )
         super().__init__(collection, ops)

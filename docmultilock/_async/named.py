@@ -78,6 +78,7 @@ class AsyncNamedLocks(AsyncLockManager):
             home=NAMES,
             verdicts=EXCLUSIVE if lock_relationships is None else SHARED,
             where=(database.client, locks.full_name),
+            codec_options=locks.codec_options,
             listener=listener,
         )
         super().__init__(locks, ops)
