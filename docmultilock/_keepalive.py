@@ -45,6 +45,8 @@ T = TypeVar("T")
 
 #: The name of the coordinator thread (one per process at most); workers add ``-N``.
 THREAD_NAME = "docmultilock-keepalive"
+#: The name of an async extension task.
+EXTENSION_NAME = f"{THREAD_NAME}-extension"
 
 #: How many extensions may be in flight at once, per process.
 SLOTS = 8
@@ -237,7 +239,7 @@ class AsyncExtender:
         self._schedule: Schedule[AsyncJob] = Schedule(slots)
         self._changed = asyncio.Event()
         self._coordinator: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # extensions in flight
+        self._tasks: set[asyncio.Task[float | None]] = set()  # extensions in flight
         self._telling: AsyncJob | None = None
 
     @staticmethod
@@ -283,10 +285,10 @@ class AsyncExtender:
                 decision = self._schedule.next(self._clock())
                 if isinstance(decision, Start):
                     task = asyncio.get_running_loop().create_task(
-                        self._extend(decision.job, decision.limit)
+                        self._extend(decision.job, decision.limit), name=EXTENSION_NAME
                     )
                     self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    task.add_done_callback(functools.partial(self._ended, decision.job))
                 elif isinstance(decision, Lose):
                     self._telling = decision.job
                     _safely(decision.job.lose)
@@ -306,12 +308,25 @@ class AsyncExtender:
         finally:
             self._coordinator = None
 
-    async def _extend(self, job: AsyncJob, limit: float) -> None:
-        estimate = None
-        if self._schedule.kept(job):  # not removed since it was started
-            try:
-                estimate = await job.extend(limit)
-            except Exception:  # a job handles its own errors: a bug
-                log.exception("keep-alive job %r failed; it is dropped", job)
-        self._schedule.finished(job, estimate, self._clock())
+    async def _extend(self, job: AsyncJob, limit: float) -> float | None:
+        if not self._schedule.kept(job):  # removed since it was started
+            return None
+        try:
+            return await job.extend(limit)
+        except Exception:  # a job handles its own errors: a bug
+            log.exception("keep-alive job %r failed; it is dropped", job)
+            return None
+
+    def _ended(self, job: AsyncJob, task: asyncio.Task[float | None]) -> None:
+        """Record how an extension ended, a cancelled one too (even one that never ran).
+
+        A done callback, not the task's own code: a task cancelled before it starts runs
+        none of its body, and :meth:`remove` waits until every extension is recorded.
+        """
+        self._tasks.discard(task)
+        if task.cancelled():  # at a loop's shutdown, say: the renewal may or may not be in
+            self._schedule.unanswered(job)
+        else:
+            estimate = None if task.exception() is not None else task.result()
+            self._schedule.finished(job, estimate, self._clock())
         self._changed.set()

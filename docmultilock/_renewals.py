@@ -205,6 +205,18 @@ class Schedule(Generic[K]):
         entry.version += 1
         self._push(job, entry)
 
+    def unanswered(self, job: K) -> None:
+        """The extension of ``job`` that started ended without an answer (it was cancelled).
+
+        Nothing is known of it, so the lock keeps its old estimate and is due again at once;
+        the estimate passing without a renewal reports the loss, as ever.
+        """
+        self._running.discard(job)
+        entry = self._entries.get(job)
+        if entry is not None:
+            entry.version += 1
+            self._push(job, entry)
+
     def reset_stats(self) -> Stats:
         """Return the statistics so far and start counting afresh."""
         stats, self.stats = self.stats, Stats()

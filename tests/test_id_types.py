@@ -153,7 +153,9 @@ def test_a_pattern_for_the_id_releases_extends_and_guards_the_lock_it_acquired(
         == 1
     )
     locks.release({"_id": pattern}, lock)
-    assert collection.find_one({"_id": "order-42"}, {"lock.holders": 1})["lock"]["holders"] == []
+    assert collection.find_one({"_id": "order-42"}, {"_id": 0, "lock.holders": 1}) == {
+        "lock": {"holders": []}
+    }
 
 
 def test_a_pattern_for_the_id_never_releases_a_lock_of_a_document_it_does_not_match(

@@ -5,6 +5,7 @@ The decisions themselves are tested without threads in ``test_renewals.py``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -17,7 +18,14 @@ from pymongo import MongoClient
 from pymongo.collection import Collection
 
 from docmultilock import DbError, WriteLock, _clock
-from docmultilock._keepalive import THREAD_NAME, Extender, Job
+from docmultilock._keepalive import (
+    EXTENSION_NAME,
+    THREAD_NAME,
+    AsyncExtender,
+    AsyncJob,
+    Extender,
+    Job,
+)
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.helpers import server_now, wait_until
 
@@ -109,6 +117,84 @@ def test_an_extender_with_nothing_to_keep_ends_its_threads(extender: Extender) -
     assert keepalive_threads() >= 2  # the coordinator and a worker
     extender.remove(healthy.job)
     wait_until(lambda: keepalive_threads() == 0)
+
+
+class AsyncStuck:
+    """An async job whose extension hangs until cancelled; counts its extensions."""
+
+    def __init__(self, lead: float = 0.9) -> None:
+        self.started = 0
+        self.lost = False
+        self.job = AsyncJob(self.extend, self.lose, lead=lead)
+
+    async def extend(self, limit: float) -> float | None:
+        self.started += 1
+        await asyncio.sleep(30.0)
+        return None
+
+    def lose(self) -> None:
+        self.lost = True
+
+
+def _extensions() -> list[asyncio.Task[Any]]:
+    return [task for task in asyncio.all_tasks() if task.get_name() == EXTENSION_NAME]
+
+
+def test_remove_returns_when_the_extension_in_flight_is_cancelled() -> None:
+    async def main() -> None:
+        extender, stuck = AsyncExtender(), AsyncStuck()
+        extender.add(stuck.job, _clock.now() + 1.0)
+        while not stuck.started:
+            await asyncio.sleep(0.01)
+        for task in _extensions():
+            task.cancel()
+        removing = asyncio.ensure_future(extender.remove(stuck.job))
+        await asyncio.wait_for(removing, 5.0)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_extension_is_started_again_while_its_lock_is_kept() -> None:
+    async def main() -> None:
+        extender, stuck = AsyncExtender(), AsyncStuck(lead=2.9)
+        extender.add(stuck.job, _clock.now() + 3.0)
+        while not stuck.started:
+            await asyncio.sleep(0.01)
+        for task in _extensions():
+            task.cancel()
+        deadline = _clock.now() + 5.0
+        while stuck.started < 2 and _clock.now() < deadline:
+            await asyncio.sleep(0.01)
+        assert stuck.started == 2
+        assert not stuck.lost
+        for task in _extensions():
+            task.cancel()
+        await asyncio.wait_for(extender.remove(stuck.job), 5.0)
+
+    asyncio.run(main())
+
+
+def test_an_event_loop_that_ends_while_an_extension_is_in_flight_ends() -> None:
+    async def main() -> None:
+        extender, stuck = AsyncExtender(), AsyncStuck()
+        extender.add(stuck.job, _clock.now() + 1.0)
+
+        async def holder() -> None:
+            try:
+                await asyncio.sleep(100)
+            finally:  # as hold() leaves its block: the extender lets go of the lock
+                await extender.remove(stuck.job)
+
+        holding = asyncio.ensure_future(holder())
+        while not stuck.started:
+            await asyncio.sleep(0.01)
+        assert not holding.done()
+        # main returns: asyncio.run cancels the holder and the extension at once
+
+    ended = threading.Event()
+    thread = threading.Thread(target=lambda: (asyncio.run(main()), ended.set()), daemon=True)
+    thread.start()
+    assert ended.wait(10.0)
 
 
 @pytest.fixture

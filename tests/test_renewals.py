@@ -61,6 +61,24 @@ def test_the_lock_is_lost_at_its_estimate_while_its_extension_is_in_flight() -> 
     assert schedule.running("a")
 
 
+def test_an_extension_that_ended_unanswered_is_due_again_at_once_on_the_old_estimate() -> None:
+    schedule = kept(("a", 10.0, 6.0))
+    schedule.next(4.0)
+    schedule.unanswered("a")
+    assert not schedule.running("a")
+    assert schedule.next(4.5) == Start("a", limit=5.5, late=0.5)
+    schedule.unanswered("a")
+    assert schedule.next(10.0) == Lose("a")
+
+
+def test_an_unanswered_extension_of_a_removed_job_leaves_nothing() -> None:
+    schedule = kept(("a", 10.0, 6.0))
+    schedule.next(4.0)
+    schedule.remove("a")
+    schedule.unanswered("a")
+    assert schedule.next(4.5) == Idle()
+
+
 def test_a_lost_lock_is_not_renewed_when_its_stalled_extension_returns() -> None:
     schedule = kept(("a", 10.0, 6.0))
     schedule.next(4.0)
