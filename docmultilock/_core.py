@@ -359,14 +359,18 @@ class LockCore:
 
     def release(self, target: Filter, *, user_filter: Filter, lock: Lock) -> ReleasePlan:
         """Plan the removal of ``lock``'s entry (pruning expired ones on the way)."""
-        command = Command(
+        command = self.removal(target, user_filter=user_filter, lock_id=lock.id)
+        return ReleasePlan(self, command, user_filter, lock)
+
+    def removal(self, target: Filter, *, user_filter: Filter, lock_id: str) -> Command:
+        """The command that removes entry ``lock_id``, if there (pruning expired ones)."""
+        return Command(
             filter=dict(target),
-            update=update_stages(self.field, self._release, {"id": literal(lock.id)}),
-            projection=self._projection(lock.id, with_tags=False),
+            update=update_stages(self.field, self._release, {"id": literal(lock_id)}),
+            projection=self._projection(lock_id, with_tags=False),
             return_after=False,  # the entry's presence *before* the write tells the outcome
             user_filter=user_filter,
         )
-        return ReleasePlan(self, command, user_filter, lock)
 
     def extend(
         self, target: Filter, *, user_filter: Filter, lock: Lock, lifetime_ms: int | None

@@ -176,25 +176,34 @@ class LockOperations:
             target = document_target(user_filter, pending.document_id, self.codec_options)
         else:
             name = tag_or_only(tag, rules)
+        lock_id = new_lock_id() if pending is None else pending.id
         plan = self.core.acquire(
             target,
             user_filter=user_filter,
             tag=name,
-            lock_id=new_lock_id(),
+            lock_id=lock_id,
             lifetime_ms=None if lock_timeout is None else self.lifetime_ms(name, lock_timeout),
             continuing=pending,
             fair=fair,
         )
         limit, concern = self.limit(timeout), self.concern(w)
         started = clock.monotonic()
-        reply = yield from send(
-            plan.command,
-            doing="acquire",
-            w=concern,
-            limit=limit,
-            clock=clock,
-            on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
-        )
+        try:
+            reply = yield from send(
+                plan.command,
+                doing="acquire",
+                w=concern,
+                limit=limit,
+                clock=clock,
+                on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
+            )
+        except BaseException as exc:
+            # Cancelled or interrupted with the command out: it may be applied, under an id
+            # nobody will ever hold. A continued lock's caller keeps its id (and hold()
+            # releases it); a new one's entry is withdrawn here.
+            if pending is None and _interrupted(exc):
+                yield from self._withdraw(target, user_filter, lock_id, limit, concern, clock)
+            raise
         try:
             granted = plan.read(reply)
         except LockError as err:
@@ -219,8 +228,37 @@ class LockOperations:
             "granted", user_filter, tag=name, lock=granted, duration=clock.monotonic() - started
         )
         if self.core.home.on_demand:
-            yield from self._index_once(limit)
+            try:
+                yield from self._index_once(limit)
+            except BaseException as exc:
+                if _interrupted(exc):  # the caller will never see the lock it was granted
+                    yield from self._withdraw(target, user_filter, lock_id, limit, concern, clock)
+                raise
         return granted
+
+    def _withdraw(
+        self,
+        target: dict[str, Any],
+        user_filter: dict[str, Any],
+        lock_id: str,
+        limit: float | None,
+        concern: int | str,
+        clock: Clock,
+    ) -> Flow[None]:
+        """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
+
+        Best effort, never raising a LockError: the entry lapses with its lifetime anyway.
+        An async command is seen through to its reply before the cancellation goes on (the
+        driver's ``Settle``), so this reaches the server after it; a sync one interrupted
+        by a signal may still be applied after this, as a crashed holder's would.
+        """
+        command = self.core.removal(target, user_filter=user_filter, lock_id=lock_id)
+        try:
+            yield from send(command, doing="release", w=concern, limit=limit, clock=clock)
+        except LockError as err:
+            log.warning("could not withdraw the interrupted acquisition %s: %s", lock_id, err)
+        else:
+            log.debug("withdrew the interrupted acquisition %s", lock_id)
 
     def release(
         self,
@@ -478,6 +516,11 @@ class LockOperations:
                 retry,
                 err,
             )
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """True for a cancellation or an interrupt (not an error, nor a flow being closed)."""
+    return not isinstance(exc, (Exception, GeneratorExit))
 
 
 def _kind_of(err: LockError) -> EventKind | None:

@@ -402,6 +402,86 @@ def test_an_interrupted_wait_releases_its_pending_entry_then_reraises(
     assert len(released) == 1
 
 
+INTERRUPTIONS = pytest.mark.parametrize(
+    "interruption",
+    [asyncio.CancelledError(), KeyboardInterrupt()],
+    ids=["task-cancelled", "keyboard-interrupt"],
+)
+
+
+def _next_after(flow: Flow[Any], interruption: BaseException) -> Effect:
+    """The effect ``flow`` yields once ``interruption`` is thrown in (a failure, not a
+    KeyboardInterrupt that would stop pytest itself, when it yields none)."""
+    try:
+        return flow.throw(interruption)
+    except type(interruption):
+        pytest.fail(f"{type(interruption).__name__} went through with nothing sent")
+
+
+def _removes(effect: Effect, lock_id: str) -> bool:
+    """True when ``effect`` sends the removal of entry ``lock_id``."""
+    if not isinstance(effect, Send):
+        return False
+    bindings = effect.command.update[0]["$set"]["lock"]["$let"]["vars"]
+    return bool(bindings["id"] == {"$literal": lock_id} and not effect.command.return_after)
+
+
+@INTERRUPTIONS
+def test_an_acquisition_interrupted_in_flight_withdraws_its_entry_then_reraises(
+    interruption: BaseException,
+) -> None:
+    flow = rw_ops().acquire(DOC, "write", None, None, None, None, Script([]).clock)
+    assert isinstance(next(flow), Send)
+    assert _removes(_next_after(flow, interruption), LOCK_ID)
+    with pytest.raises(type(interruption)):
+        flow.send(reply(entry()))
+
+
+@INTERRUPTIONS
+def test_an_acquisition_interrupted_between_retries_withdraws_its_entry(
+    interruption: BaseException,
+) -> None:
+    flow = write_ops().acquire(DOC, None, None, None, None, None, Script([]).clock)
+    next(flow)
+    assert isinstance(flow.throw(cut()), Sleep)  # the reply was lost: the command may be in
+    assert _removes(_next_after(flow, interruption), LOCK_ID)
+    with pytest.raises(type(interruption)):
+        flow.send(reply())
+
+
+def test_a_withdrawal_that_fails_still_reraises_the_interruption() -> None:
+    flow = write_ops().acquire(DOC, None, None, None, None, None, Script([]).clock)
+    next(flow)
+    assert _removes(_next_after(flow, asyncio.CancelledError()), LOCK_ID)
+    with pytest.raises(asyncio.CancelledError):
+        flow.throw(OperationFailure("bad value", code=2))
+
+
+def test_an_acquisition_that_fails_with_an_error_withdraws_nothing() -> None:
+    flow = write_ops().acquire(DOC, None, None, None, None, None, Script([]).clock)
+    next(flow)
+    with pytest.raises(DbError):
+        flow.throw(OperationFailure("bad", code=2))
+
+
+def test_a_continued_acquisition_interrupted_in_flight_leaves_its_entry_to_its_caller() -> None:
+    pending = Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(seconds=10), 0, True)
+    flow = rw_ops().acquire(DOC, None, pending, None, None, None, Script([]).clock)
+    next(flow)
+    with pytest.raises(asyncio.CancelledError):
+        flow.throw(asyncio.CancelledError())
+
+
+def test_a_name_granted_then_interrupted_while_its_index_is_made_is_withdrawn() -> None:
+    flow = named_ops().acquire("job", None, None, None, None, None, Script([]).clock)
+    next(flow)
+    index = flow.send(reply(entry(), doc_id="job"))
+    assert type(index).__name__ == "MakeTtlIndex"
+    assert _removes(_next_after(flow, asyncio.CancelledError()), LOCK_ID)
+    with pytest.raises(asyncio.CancelledError):
+        flow.send(reply(entry(), doc_id="job"))
+
+
 def test_with_wake_a_refused_waiter_watches_its_document_and_retries_when_woken() -> None:
     ops = write_ops()
     script = Script([reply(tags=("write",)), "watch", True, reply(entry()), None])

@@ -32,6 +32,7 @@ from docmultilock._flows import (
     Watch,
 )
 from docmultilock._lock import as_utc
+from docmultilock._settle import AsyncSettle
 from docmultilock._wakeup import AsyncWatchers
 
 __all__ = ["AsyncMongoIO", "run"]
@@ -66,7 +67,8 @@ class AsyncMongoIO:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
         if isinstance(effect, Send):
             with _deadline(effect.timeout):
-                return await _execute(self._view(effect.w), effect.command)
+                # Seen through to its reply: a flow's cleanup must come after it (_settle).
+                return await AsyncSettle.reply(_execute(self._view(effect.w), effect.command))
         if isinstance(effect, Sleep):
             await clock.asleep(effect.seconds)
             return None

@@ -34,6 +34,7 @@ from docmultilock._flows import (
     Watch,
 )
 from docmultilock._lock import as_utc
+from docmultilock._settle import Settle
 from docmultilock._wakeup import Watchers
 
 __all__ = ["MongoIO", "run"]
@@ -68,7 +69,8 @@ class MongoIO:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
         if isinstance(effect, Send):
             with _deadline(effect.timeout):
-                return _execute(self._view(effect.w), effect.command)
+                # Seen through to its reply: a flow's cleanup must come after it (_settle).
+                return Settle.reply(_execute(self._view(effect.w), effect.command))
         if isinstance(effect, Sleep):
             clock.sleep(effect.seconds)
             return None
