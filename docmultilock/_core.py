@@ -362,6 +362,18 @@ class LockCore:
         command = self.removal(target, user_filter=user_filter, lock_id=lock.id)
         return ReleasePlan(self, command, user_filter, lock)
 
+    def withdrawal(self, target: Filter, *, user_filter: Filter, lock_id: str) -> Command:
+        """The removal of entry ``lock_id`` from the document of ``target`` that holds it.
+
+        For an acquisition interrupted before its reply: matching only a document that
+        holds the entry, it never writes where the acquisition did not (another document
+        the filter matches, one it never reached); no reply means nothing was there.
+        """
+        holds = {f"{self.field}.holders.id": lock_id}
+        return self.removal(
+            {"$and": [dict(target), holds]}, user_filter=user_filter, lock_id=lock_id
+        )
+
     def removal(self, target: Filter, *, user_filter: Filter, lock_id: str) -> Command:
         """The command that removes entry ``lock_id``, if there (pruning expired ones)."""
         return Command(

@@ -20,6 +20,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 
 __all__ = [
+    "CANONICAL_JSON",
     "MAX_DEPTH",
     "Lock",
     "LockSchema",
@@ -120,6 +121,11 @@ class Lock:
     pending: bool = False
 
 
+#: Canonical Extended JSON, a ``uuid.UUID`` written as the standard binary (subtype 4).
+CANONICAL_JSON = json_util.CANONICAL_JSON_OPTIONS.with_options(
+    uuid_representation=UuidRepresentation.STANDARD
+)
+
 #: Extended JSON wraps a value in at most two levels of its own (``{"$binary": {...}}``).
 _WRAPPING = 2
 
@@ -133,7 +139,7 @@ class _ExtendedJson(marshmallow.fields.Field[Any]):
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
         representation = getattr(self.root, "uuid_representation", UuidRepresentation.STANDARD)
-        options = json_util.CANONICAL_JSON_OPTIONS.with_options(uuid_representation=representation)
+        options = CANONICAL_JSON.with_options(uuid_representation=representation)
         return json.loads(json_util.dumps(value, json_options=options))
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:

@@ -248,17 +248,20 @@ class LockOperations:
         """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
 
         Best effort, never raising a LockError: the entry lapses with its lifetime anyway.
-        An async command is seen through to its reply before the cancellation goes on (the
-        driver's ``Settle``), so this reaches the server after it; a sync one interrupted
-        by a signal may still be applied after this, as a crashed holder's would.
+        An interrupted command still queued on the server can be applied after this (it
+        cannot be waited for: the caller is going away), and its entry then holds until
+        its lifetime runs out, as a crashed holder's does.
         """
-        command = self.core.removal(target, user_filter=user_filter, lock_id=lock_id)
+        command = self.core.withdrawal(target, user_filter=user_filter, lock_id=lock_id)
         try:
-            yield from send(command, doing="release", w=concern, limit=limit, clock=clock)
+            reply = yield from send(command, doing="release", w=concern, limit=limit, clock=clock)
         except LockError as err:
             log.warning("could not withdraw the interrupted acquisition %s: %s", lock_id, err)
+            return
+        if reply is None:
+            log.debug("the interrupted acquisition %s left no entry", lock_id)
         else:
-            log.debug("withdrew the interrupted acquisition %s", lock_id)
+            log.debug("withdrew the entry of the interrupted acquisition %s", lock_id)
 
     def release(
         self,

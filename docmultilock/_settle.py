@@ -1,12 +1,14 @@
-"""A command sent is seen through to its reply before a cancellation goes on.
+"""A lock command sent is seen through to its reply before a cancellation goes on.
 
 A flow cleans up after a cancellation (an acquisition whose reply never came is withdrawn,
 ``_operations``). That cleanup must reach the server after the command it cleans up after:
-were the cancelled command still queued there, it could be applied after the withdrawal
-and leave an entry nobody holds. So the async driver awaits each lock command to its end,
-bounded by its operation timeout, and only then lets the cancellation into the flow. The
-sync flavour cannot wait: a signal's ``KeyboardInterrupt`` is raised wherever the thread
-is, in the middle of a socket read too, and the withdrawal then follows at once.
+were the cancelled command still queued there, it would be applied after the withdrawal
+and leave an entry nobody holds. So the async driver lets each lock command end before
+the cancellation goes into the flow: within the command's operation timeout, or
+:data:`UNBOUNDED_WAIT` without one, after which the caller goes (the entry, if any, then
+lapses with its lifetime, as a crashed holder's does). An event loop shutting down cancels
+the command's own task too: nothing can wait then. The sync flavour cannot wait either: a
+signal's ``KeyboardInterrupt`` is raised wherever the thread is, a socket read included.
 """
 
 from __future__ import annotations
@@ -16,25 +18,39 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
-__all__ = ["AsyncSettle", "Settle"]
+__all__ = ["UNBOUNDED_WAIT", "AsyncSettle", "Settle"]
 
 T = TypeVar("T")
+
+#: How long a cancelled caller waits for a command sent without an operation timeout.
+UNBOUNDED_WAIT = 10.0
 
 
 class AsyncSettle:
     """The async flavour: a cancelled caller still waits for the command it sent."""
 
     @staticmethod
-    async def reply(awaitable: Awaitable[T]) -> T:
-        """Await ``awaitable`` to its end; a cancellation meanwhile is raised only after it."""
+    async def reply(awaitable: Awaitable[T], limit: float | None) -> T:
+        """Await ``awaitable``; a cancellation meanwhile is raised once it has ended.
+
+        It is given ``limit`` seconds more (:data:`UNBOUNDED_WAIT` for ``None``), then
+        cancelled itself.
+        """
         task = asyncio.ensure_future(awaitable)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            while not task.done():  # a further cancellation waits for the same end
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.shield(task)
-            if not task.cancelled():
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + (UNBOUNDED_WAIT if limit is None else limit)
+            while not task.done():
+                left = give_up - loop.time()
+                if left <= 0:
+                    task.cancel()
+                    break
+                # A further cancellation (an anyio scope repeats it) waits on for the end.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait((task,), timeout=left)
+            if task.done() and not task.cancelled():
                 task.exception()  # retrieved: the outcome goes with the cancellation
             raise
 
@@ -43,6 +59,6 @@ class Settle:
     """The sync flavour: the command has ended by the time its value is here."""
 
     @staticmethod
-    def reply(value: T) -> T:
+    def reply(value: T, limit: float | None) -> T:
         """``value`` itself."""
         return value

@@ -19,7 +19,7 @@ from typing import Any
 
 from bson import json_util
 
-from docmultilock._lock import as_utc
+from docmultilock._lock import CANONICAL_JSON, as_utc
 
 __all__ = ["HolderSnapshot", "LockSnapshot", "holders_at"]
 
@@ -103,10 +103,10 @@ class LockSnapshot:
         return any(holder.holds and tag in (None, holder.tag) for holder in self.holders)
 
     def as_json(self) -> dict[str, Any]:
-        """JSON-safe data; ``document_id`` as canonical Extended JSON."""
+        """JSON-safe data; ``document_id`` as canonical Extended JSON (a UUID as subtype 4)."""
         return {
             "document_id": json.loads(
-                json_util.dumps(self.document_id, json_options=json_util.CANONICAL_JSON_OPTIONS)
+                json_util.dumps(self.document_id, json_options=CANONICAL_JSON)
             ),
             "fence": self.fence,
             "server_time": self.server_time.isoformat(),

@@ -418,12 +418,17 @@ def _next_after(flow: Flow[Any], interruption: BaseException) -> Effect:
         pytest.fail(f"{type(interruption).__name__} went through with nothing sent")
 
 
-def _removes(effect: Effect, lock_id: str) -> bool:
-    """True when ``effect`` sends the removal of entry ``lock_id``."""
+def _removes(effect: Effect, lock_id: str, key: Doc = DOC) -> bool:
+    """True when ``effect`` sends the removal of entry ``lock_id`` from the document of
+    ``key`` that holds it (and from no other)."""
     if not isinstance(effect, Send):
         return False
     bindings = effect.command.update[0]["$set"]["lock"]["$let"]["vars"]
-    return bool(bindings["id"] == {"$literal": lock_id} and not effect.command.return_after)
+    return (
+        bindings["id"] == {"$literal": lock_id}
+        and not effect.command.return_after
+        and effect.command.filter == {"$and": [key, {"lock.holders.id": lock_id}]}
+    )
 
 
 @INTERRUPTIONS
@@ -477,7 +482,7 @@ def test_a_name_granted_then_interrupted_while_its_index_is_made_is_withdrawn() 
     next(flow)
     index = flow.send(reply(entry(), doc_id="job"))
     assert type(index).__name__ == "MakeTtlIndex"
-    assert _removes(_next_after(flow, asyncio.CancelledError()), LOCK_ID)
+    assert _removes(_next_after(flow, asyncio.CancelledError()), LOCK_ID, {"_id": "job"})
     with pytest.raises(asyncio.CancelledError):
         flow.send(reply(entry(), doc_id="job"))
 

@@ -67,8 +67,9 @@ class AsyncMongoIO:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
         if isinstance(effect, Send):
             with _deadline(effect.timeout):
-                # Seen through to its reply: a flow's cleanup must come after it (_settle).
-                return await AsyncSettle.reply(_execute(self._view(effect.w), effect.command))
+                # Seen through to its reply, so that a flow's cleanup comes after it (_settle).
+                sending = _execute(self._view(effect.w), effect.command)
+                return await AsyncSettle.reply(sending, effect.timeout)
         if isinstance(effect, Sleep):
             await clock.asleep(effect.seconds)
             return None

@@ -69,8 +69,9 @@ class MongoIO:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
         if isinstance(effect, Send):
             with _deadline(effect.timeout):
-                # Seen through to its reply: a flow's cleanup must come after it (_settle).
-                return Settle.reply(_execute(self._view(effect.w), effect.command))
+                # Seen through to its reply, so that a flow's cleanup comes after it (_settle).
+                sending = _execute(self._view(effect.w), effect.command)
+                return Settle.reply(sending, effect.timeout)
         if isinstance(effect, Sleep):
             clock.sleep(effect.seconds)
             return None
