@@ -120,6 +120,13 @@ def test_a_lock_on_a_uuid_document_survives_the_schema_round_trip(
     assert _holders(manager) == []
 
 
+def test_the_snapshot_of_a_uuid_document_is_json(manager: Any, tagged: dict[str, str]) -> None:
+    manager.acquire({"_id": DOCUMENT}, **tagged)
+    data = manager.inspect({"_id": DOCUMENT}).as_json()
+    assert data["document_id"]["$binary"]["subType"] == "04"
+    json.dumps(data)
+
+
 def test_the_problem_of_an_error_about_a_uuid_filter_is_json(
     manager: Any, tagged: dict[str, str]
 ) -> None:
