@@ -22,7 +22,16 @@ from docmultilock._args import check_lock, check_tag, document_target, tag_or_on
 from docmultilock._core import Command, Home, LockCore, Verdicts
 from docmultilock._events import Emitter, EventKind, LockListener
 from docmultilock._failures import translate
-from docmultilock._flows import Clock, Flow, MakeTtlIndex, Sent, ServerTime, aggregate, send
+from docmultilock._flows import (
+    CLEANUP_LIMIT,
+    Clock,
+    Flow,
+    MakeTtlIndex,
+    Sent,
+    ServerTime,
+    aggregate,
+    send,
+)
 from docmultilock._inspection import BreakPlan, InspectPlan, break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
@@ -253,6 +262,8 @@ class LockOperations:
         its lifetime runs out, as a crashed holder's does.
         """
         command = self.core.withdrawal(target, user_filter=user_filter, lock_id=lock_id)
+        # Bounded even without an operation timeout: the caller is on its way out.
+        limit = CLEANUP_LIMIT if limit is None else limit
         try:
             reply = yield from send(command, doing="release", w=concern, limit=limit, clock=clock)
         except LockError as err:

@@ -5,10 +5,11 @@ A flow cleans up after a cancellation (an acquisition whose reply never came is 
 were the cancelled command still queued there, it would be applied after the withdrawal
 and leave an entry nobody holds. So the async driver lets each lock command end before
 the cancellation goes into the flow: within the command's operation timeout, or
-:data:`UNBOUNDED_WAIT` without one, after which the caller goes (the entry, if any, then
-lapses with its lifetime, as a crashed holder's does). An event loop shutting down cancels
-the command's own task too: nothing can wait then. The sync flavour cannot wait either: a
-signal's ``KeyboardInterrupt`` is raised wherever the thread is, a socket read included.
+``CLEANUP_LIMIT`` without one, after which the caller goes (an entry the command makes
+after that lapses with its lifetime, as a crashed holder's does). An event loop shutting
+down cancels the command's own task too: nothing can wait then. The sync flavour cannot
+wait either: a signal's ``KeyboardInterrupt`` is raised wherever the thread is, a socket
+read included.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TypeVar
 
-__all__ = ["UNBOUNDED_WAIT", "AsyncSettle", "Settle"]
+from docmultilock._flows import CLEANUP_LIMIT
+
+__all__ = ["AsyncSettle", "Settle"]
 
 T = TypeVar("T")
-
-#: How long a cancelled caller waits for a command sent without an operation timeout.
-UNBOUNDED_WAIT = 10.0
 
 
 class AsyncSettle:
@@ -33,15 +33,15 @@ class AsyncSettle:
     async def reply(awaitable: Awaitable[T], limit: float | None) -> T:
         """Await ``awaitable``; a cancellation meanwhile is raised once it has ended.
 
-        It is given ``limit`` seconds more (:data:`UNBOUNDED_WAIT` for ``None``), then
-        cancelled itself.
+        It is given ``limit`` seconds more (``CLEANUP_LIMIT`` for ``None``), then cancelled
+        itself.
         """
         task = asyncio.ensure_future(awaitable)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             loop = asyncio.get_running_loop()
-            give_up = loop.time() + (UNBOUNDED_WAIT if limit is None else limit)
+            give_up = loop.time() + (CLEANUP_LIMIT if limit is None else limit)
             while not task.done():
                 left = give_up - loop.time()
                 if left <= 0:

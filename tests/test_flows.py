@@ -29,6 +29,7 @@ from docmultilock import (
 from docmultilock import _operations as operations
 from docmultilock._core import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
 from docmultilock._flows import (
+    CLEANUP_LIMIT,
     Clock,
     Effect,
     Flow,
@@ -460,6 +461,27 @@ def test_a_withdrawal_that_fails_still_reraises_the_interruption() -> None:
     assert _removes(_next_after(flow, asyncio.CancelledError()), LOCK_ID)
     with pytest.raises(asyncio.CancelledError):
         flow.throw(OperationFailure("bad value", code=2))
+
+
+def test_a_withdrawal_without_an_operation_timeout_is_bounded_all_the_same() -> None:
+    options = load_options(
+        lock_relationships=WRITE_ONLY,
+        lock_timeouts={},
+        lock_timeout=10.0,
+        timeout=None,
+        w="majority",
+        field="lock",
+        error_factory=None,
+    )
+    ops = LockOperations(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
+    flow = ops.acquire(DOC, None, None, None, None, None, Script([]).clock)
+    command = next(flow)
+    assert isinstance(command, Send)
+    assert command.timeout is None
+    withdrawal = _next_after(flow, asyncio.CancelledError())
+    assert _removes(withdrawal, LOCK_ID)
+    assert isinstance(withdrawal, Send)
+    assert withdrawal.timeout == CLEANUP_LIMIT
 
 
 def test_an_acquisition_that_fails_with_an_error_withdraws_nothing() -> None:

@@ -90,10 +90,10 @@ def test_a_command_that_never_answers_is_given_up_after_its_limit() -> None:
     assert _given_up(0.2) == (True, True)
 
 
-def test_a_command_without_a_timeout_is_given_up_after_the_unbounded_wait(
+def test_a_command_without_a_timeout_is_given_up_after_the_cleanup_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(settle, "UNBOUNDED_WAIT", 0.2)
+    monkeypatch.setattr(settle, "CLEANUP_LIMIT", 0.2)
     assert _given_up(None) == (True, True)
 
 
