@@ -71,11 +71,17 @@ _RETRY_PAUSE_MAX = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send ``command`` with write concern ``w`` within ``timeout`` seconds; get its reply."""
+    """Send ``command`` with write concern ``w`` within ``timeout`` seconds; get its reply.
+
+    With ``settle``, a cancellation that comes while it is out is let into the flow only
+    once it has ended (``_settle``): a flow that cleans up after it (a withdrawal) must
+    reach the server after it.
+    """
 
     command: Command
     w: int | str
     timeout: float | None
+    settle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,13 +218,15 @@ def send(
     clock: Clock,
     sent: Sent | None = None,
     on_retry: Callable[[PyMongoError], object] | None = None,
+    settle: bool = False,
 ) -> Flow[Mapping[str, Any] | None]:
     """Send one command and return its reply; the only place pymongo errors leave a flow.
 
     A transient failure (a cut connection, a fail-over) is retried with the same command
     until ``limit`` seconds have passed: every command is idempotent by lock id, so a retry
     of one that was applied finds its own work done (``sent`` records that a reply may have
-    been lost). ``on_retry`` is told of each failure about to be retried.
+    been lost). ``on_retry`` is told of each failure about to be retried. ``settle``: see
+    :class:`Send`.
     """
     give_up, left = None, limit
     if limit is not None:
@@ -228,7 +236,7 @@ def send(
     attempt = 0
     while True:
         try:
-            reply: Mapping[str, Any] | None = yield Send(command, w, left)
+            reply: Mapping[str, Any] | None = yield Send(command, w, left, settle)
             if reply is None and command.upsert:
                 # SecantusDB workaround (docs/server.md): an upsert that lost the race to
                 # create the document is applied to the winner's document, yet answered

@@ -205,6 +205,7 @@ class LockOperations:
                 limit=limit,
                 clock=clock,
                 on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
+                settle=pending is None,  # what _withdraw may follow
             )
         except BaseException as exc:
             # Cancelled or interrupted with the command out: it may be applied, under an id

@@ -3,13 +3,13 @@
 A flow cleans up after a cancellation (an acquisition whose reply never came is withdrawn,
 ``_operations``). That cleanup must reach the server after the command it cleans up after:
 were the cancelled command still queued there, it would be applied after the withdrawal
-and leave an entry nobody holds. So the async driver lets each lock command end before
-the cancellation goes into the flow: within the command's operation timeout, or
-``CLEANUP_LIMIT`` without one, after which the caller goes (an entry the command makes
-after that lapses with its lifetime, as a crashed holder's does). An event loop shutting
-down cancels the command's own task too: nothing can wait then. The sync flavour cannot
-wait either: a signal's ``KeyboardInterrupt`` is raised wherever the thread is, a socket
-read included.
+and leave an entry nobody holds. So the async driver lets such a command (``Send.settle``:
+a new acquisition's) end before the cancellation goes into the flow: within the command's
+operation timeout, or ``CLEANUP_LIMIT`` without one, after which the caller goes (an
+entry the command makes after that lapses with its lifetime, as a crashed holder's does).
+An event loop shutting down cancels the command's own task too: nothing can wait then.
+The sync flavour cannot wait either: a signal's ``KeyboardInterrupt`` is raised wherever
+the thread is, a socket read included.
 """
 
 from __future__ import annotations

@@ -437,7 +437,9 @@ def test_an_acquisition_interrupted_in_flight_withdraws_its_entry_then_reraises(
     interruption: BaseException,
 ) -> None:
     flow = rw_ops().acquire(DOC, "write", None, None, None, None, Script([]).clock)
-    assert isinstance(next(flow), Send)
+    command = next(flow)
+    assert isinstance(command, Send)
+    assert command.settle  # a cancellation waits for it: the withdrawal comes after it
     assert _removes(_next_after(flow, interruption), LOCK_ID)
     with pytest.raises(type(interruption)):
         flow.send(reply(entry()))
@@ -494,7 +496,9 @@ def test_an_acquisition_that_fails_with_an_error_withdraws_nothing() -> None:
 def test_a_continued_acquisition_interrupted_in_flight_leaves_its_entry_to_its_caller() -> None:
     pending = Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(seconds=10), 0, True)
     flow = rw_ops().acquire(DOC, None, pending, None, None, None, Script([]).clock)
-    next(flow)
+    command = next(flow)
+    assert isinstance(command, Send)
+    assert not command.settle  # nothing follows it to be ordered after it
     with pytest.raises(asyncio.CancelledError):
         flow.throw(asyncio.CancelledError())
 

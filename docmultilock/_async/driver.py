@@ -67,9 +67,10 @@ class AsyncMongoIO:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
         if isinstance(effect, Send):
             with _deadline(effect.timeout):
-                # Seen through to its reply, so that a flow's cleanup comes after it (_settle).
                 sending = _execute(self._view(effect.w), effect.command)
-                return await AsyncSettle.reply(sending, effect.timeout)
+                if effect.settle:  # seen through, so that a withdrawal comes after it
+                    return await AsyncSettle.reply(sending, effect.timeout)
+                return await sending
         if isinstance(effect, Sleep):
             await clock.asleep(effect.seconds)
             return None

@@ -69,9 +69,10 @@ class MongoIO:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
         if isinstance(effect, Send):
             with _deadline(effect.timeout):
-                # Seen through to its reply, so that a flow's cleanup comes after it (_settle).
                 sending = _execute(self._view(effect.w), effect.command)
-                return Settle.reply(sending, effect.timeout)
+                if effect.settle:  # seen through, so that a withdrawal comes after it
+                    return Settle.reply(sending, effect.timeout)
+                return sending
         if isinstance(effect, Sleep):
             clock.sleep(effect.seconds)
             return None
