@@ -94,7 +94,8 @@ def _connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
             timeoutMS=ms,
             appname="docmultilock-cli",
         )
-    except (ConfigurationError, ValueError, TypeError) as exc:  # InvalidURI among them
+    # InvalidURI among them; an OSError for a TLS file (tlsCAFile=...) that cannot be read.
+    except (ConfigurationError, ValueError, TypeError, OSError) as exc:
         raise CliError(f"bad --uri: {exc}", "bad_uri") from exc
     try:
         try:
@@ -112,7 +113,8 @@ def _connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
 def _parse_filter(text: str) -> dict[str, Any]:
     try:
         parsed = json_util.loads(text)
-    except (ValueError, TypeError, BSONError) as exc:
+    # ArithmeticError: a $numberDecimal or $date out of range; RecursionError: deep nesting.
+    except (ValueError, TypeError, BSONError, ArithmeticError, RecursionError) as exc:
         raise CliError(f"--filter is not valid JSON: {exc}", "bad_json") from exc
     if not isinstance(parsed, dict):
         raise CliError(f"--filter must be a JSON object, not {type(parsed).__name__}", "bad_json")
@@ -222,7 +224,8 @@ def _only_match(locks: LockManager, key: Any) -> None:
     try:
         matched = list(locks.collection.find(key, {"_id": 1}).limit(2))
     except PyMongoError as exc:
-        raise CliError(f"cannot count the documents --filter matches: {exc}", "failed") from exc
+        status = "unreachable" if _unanswered(exc) else "failed"
+        raise CliError(f"cannot count the documents --filter matches: {exc}", status) from exc
     if len(matched) > 1:
         raise CliError(
             "--filter matches more than one document; name one (by _id) to break it", "usage"
@@ -309,6 +312,16 @@ def _doctor_command(args: argparse.Namespace) -> int:
     return EXIT["ok"] if _doctor.passed(checks) else EXIT["failed"]
 
 
+def _unanswered(exc: BaseException | None) -> bool:
+    """True for a command that ran out of ``--timeout`` or found no server.
+
+    Exit status 4, "did not answer within --timeout", as for a server that cannot be reached.
+    """
+    if isinstance(exc, (DbTimeout, ConnectionFailure)):
+        return True
+    return isinstance(exc, PyMongoError) and exc.timeout
+
+
 def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run an operator command, turning every expected failure into its exit status."""
     try:
@@ -322,9 +335,7 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
     except InvalidName as err:  # --db or --collection, refused by pymongo
         message, status = f"bad database or collection name: {err}", EXIT["usage"]
     except LockError as err:
-        # A command that ran out of --timeout is "did not answer within --timeout", like a
-        # server that cannot be reached at all.
-        unreachable = isinstance(err, DbTimeout) or isinstance(err.__cause__, ConnectionFailure)
+        unreachable = _unanswered(err) or _unanswered(err.__cause__)
         message, status = str(err), EXIT["unreachable" if unreachable else "failed"]
     print(f"docmultilock {args.command}: {message}", file=sys.stderr)
     return status

@@ -126,13 +126,15 @@ class LockOperations:
     def mapped(self, err: LockError) -> BaseException:
         """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
 
-        The factory's exception gets ``err`` as its ``__cause__``.
+        The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
+        through, keeps its own).
         """
         factory = self.options.error_factory
         if factory is None:
             return err
         replacement = factory(err)
-        replacement.__cause__ = err
+        if replacement is not err:  # passed through: it keeps its own cause
+            replacement.__cause__ = err
         return replacement
 
     @staticmethod

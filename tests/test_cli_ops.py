@@ -9,7 +9,7 @@ import pty
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -275,6 +275,31 @@ def test_bad_filter_json_exits_5(uri: str, collection: Collection[Doc]) -> None:
     assert "--filter" in done.stderr
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"_id": {"$numberDecimal": "x"}}',
+        '{"a": {"$numberDecimal": "1e999999999"}}',
+        '{"_id": {"$date": 1e400}}',
+        "[" * 40_000 + "]" * 40_000,
+    ],
+    ids=["not-a-decimal", "decimal-overflow", "date-overflow", "deep"],
+)
+def test_extended_json_out_of_range_exits_5(
+    uri: str, collection: Collection[Doc], text: str
+) -> None:
+    done = cli("inspect", *where(uri, collection), "--filter", text)
+    assert done.returncode == EXIT["bad_json"], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_uri_naming_an_unreadable_tls_file_exits_3() -> None:
+    uri = "mongodb://127.0.0.1:9/?tls=true&tlsCAFile=/nonexistent/ca.pem"
+    done = cli("inspect", "--uri", uri, "--db", "d", "--name", "x")
+    assert done.returncode == EXIT["bad_uri"], done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_missing_document_exits_6(uri: str, collection: Collection[Doc]) -> None:
     done = cli("inspect", *where(uri, collection), "--filter", '{"_id": "nope"}')
     assert done.returncode == EXIT["not_found"] == 6
@@ -379,6 +404,20 @@ def test_a_name_pymongo_refuses_is_a_usage_error(uri: str, names: list[str]) -> 
 
     assert done.returncode == EXIT["usage"], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_break_exits_4_when_counting_the_filters_documents_times_out(
+    uri: str, collection: Collection[Doc], locks: MultiLock, fail_point: Callable[..., None]
+) -> None:
+    fail_point(
+        commands=("find",), blockConnection=True, blockTimeMS=3000, appName="docmultilock-cli"
+    )
+    done = cli(
+        "break", *where(uri, collection), "--filter", '{"_id": 1}', "--everyone", "--yes",
+        "--timeout", "1",
+    )  # fmt: skip
+    assert done.returncode == EXIT["unreachable"], done.stderr
+    assert "cannot count the documents" in done.stderr
 
 
 def test_a_command_timing_out_exits_4_whatever_its_cause(

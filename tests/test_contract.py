@@ -11,6 +11,7 @@ import pytest
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from pymongo.collection import Collection
+from pymongo.errors import OperationFailure
 
 from docmultilock import (
     DbError,
@@ -251,6 +252,19 @@ def test_error_factory_sees_404s_too(make: Factory, collection: Collection[Doc])
     with pytest.raises(Translated) as exc:
         take(locks, {"_id": 9})
     assert exc.value.status == 404
+
+
+def test_an_error_the_factory_passes_through_keeps_its_own_cause(
+    make: Factory, collection: Collection[Doc], doc: Doc, fail_point: Callable[..., None]
+) -> None:
+    def only_conflicts(err: LockError) -> Exception:
+        return Translated(err) if isinstance(err, LockConflict) else err
+
+    locks = make(collection, error_factory=only_conflicts)
+    fail_point(errorCode=2)  # BadValue: not retried
+    with pytest.raises(DbError) as exc:
+        take(locks, doc)
+    assert isinstance(exc.value.__cause__, OperationFailure)
 
 
 def test_error_factory_leaves_bad_arguments_alone(
