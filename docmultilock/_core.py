@@ -57,6 +57,7 @@ __all__ = [
     "EXCLUSIVE",
     "NAMES",
     "SHARED",
+    "AcquirePlan",
     "Command",
     "Home",
     "LockCore",

@@ -61,12 +61,12 @@ T = TypeVar("T")
 
 #: Transient failures are retried this many times at most, pausing 50 ms, 100 ms, ... 1 s.
 ATTEMPTS = 6
+_RETRY_PAUSE = 0.05
+_RETRY_PAUSE_MAX = 1.0
 
 #: Seconds each step of a cleanup after a cancellation may take where no operation timeout
 #: bounds it: the wait for the command that was out, then the withdrawal that follows.
 CLEANUP_LIMIT = 10.0
-_RETRY_PAUSE = 0.05
-_RETRY_PAUSE_MAX = 1.0
 
 
 @dataclass(frozen=True, slots=True)

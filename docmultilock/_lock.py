@@ -138,8 +138,7 @@ class _ExtendedJson(marshmallow.fields.Field[Any]):
     """
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
-        representation = getattr(self.root, "uuid_representation", UuidRepresentation.STANDARD)
-        options = CANONICAL_JSON.with_options(uuid_representation=representation)
+        options = getattr(self.root, "json_options", CANONICAL_JSON)
         return json.loads(json_util.dumps(value, json_options=options))
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
@@ -186,6 +185,8 @@ class LockSchema(marshmallow.Schema):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.uuid_representation = uuid_representation
+        #: How ``document_id`` is written: made once per schema, not per dump.
+        self.json_options = CANONICAL_JSON.with_options(uuid_representation=uuid_representation)
 
     id = marshmallow.fields.String(
         required=True, validate=marshmallow.validate.Regexp(LOCK_ID_PATTERN)

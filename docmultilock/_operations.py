@@ -19,7 +19,7 @@ from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
 from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
-from docmultilock._core import Command, Home, LockCore, Verdicts
+from docmultilock._core import AcquirePlan, Command, Home, LockCore, Verdicts
 from docmultilock._events import Emitter, EventKind, LockListener
 from docmultilock._failures import translate
 from docmultilock._flows import (
@@ -209,13 +209,23 @@ class LockOperations:
                 on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
                 settle=pending is None,  # what _withdraw may follow
             )
+            granted = self._granted(plan, reply, started, clock)
+            if self.core.home.on_demand:
+                yield from self._index_once(limit)
         except BaseException as exc:
-            # Cancelled or interrupted with the command out: it may be applied, under an id
-            # nobody will ever hold. A continued lock's caller keeps its id (and hold()
-            # releases it); a new one's entry is withdrawn here.
+            # Cancelled or interrupted with the command out, or before the caller saw its
+            # grant: it may be applied, under an id nobody will ever hold. A continued
+            # lock's caller keeps its id (and hold() releases it); a new one is withdrawn.
             if pending is None and _interrupted(exc):
                 yield from self._withdraw(target, user_filter, lock_id, limit, concern, clock)
             raise
+        return granted
+
+    def _granted(
+        self, plan: AcquirePlan, reply: Mapping[str, Any] | None, started: float, clock: Clock
+    ) -> Lock:
+        """Read an acquisition's reply: the lock, recorded and told, or its error, told."""
+        user_filter, name = plan.user_filter, plan.tag
         try:
             granted = plan.read(reply)
         except LockError as err:
@@ -229,7 +239,7 @@ class LockOperations:
                     kind,
                     user_filter,
                     tag=name,
-                    lock=getattr(err, "lock", None) or pending,
+                    lock=getattr(err, "lock", None) or plan.continuing,
                     outcome=err.code,
                     duration=clock.monotonic() - started,
                     error=err,
@@ -239,13 +249,6 @@ class LockOperations:
         self.events.emit(
             "granted", user_filter, tag=name, lock=granted, duration=clock.monotonic() - started
         )
-        if self.core.home.on_demand:
-            try:
-                yield from self._index_once(limit)
-            except BaseException as exc:
-                if _interrupted(exc):  # the caller will never see the lock it was granted
-                    yield from self._withdraw(target, user_filter, lock_id, limit, concern, clock)
-                raise
         return granted
 
     def _withdraw(
