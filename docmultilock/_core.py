@@ -26,6 +26,7 @@ from bson.raw_bson import RawBSONDocument
 
 from docmultilock._args import check_filter, check_name
 from docmultilock._expr import SERVER_NOW, Expr, contains, each, literal
+from docmultilock._images import DOCUMENT_ID, HEAD, entries, is_image
 from docmultilock._lock import Lock, as_utc
 from docmultilock._pipeline import (
     FENCES_PER_MS,
@@ -197,7 +198,7 @@ class LockCore:
         self._holders = holders
         self._ours = encoded(ours(field))
         self._head = {
-            "_id": 1,
+            **HEAD,
             "ours": self._ours,
             "t": {"$type": f"${field}"},
             "v": f"${field}.v",
@@ -237,9 +238,10 @@ class LockCore:
     def projection(self, **extra: Any) -> dict[str, Any]:
         """The projection :meth:`read_checked` checks, plus the ``extra`` fields one reads.
 
-        :meth:`read_checked` reads ``_id``, whether the field is ours, and what it holds
-        otherwise: the projection of the commands that read a field without failing on a
-        foreign one (``inspect``, ``break_lock``).
+        :meth:`read_checked` reads the document's id, whether the field is ours, and what it
+        holds otherwise: the projection of the commands that read a field without failing
+        on a foreign one (``inspect``, ``break_lock``). Like every projection here it leaves
+        ``_id`` out, so that a stored image is told from it (``_images``).
         """
         return {**self._head, **extra}
 
@@ -247,11 +249,11 @@ class LockCore:
         """What acquire, release and extend read: ``_id``, our entry, and (acquire) the tags."""
         if self._shared:
             index = {"$indexOfArray": [self._ids, literal(lock_id)]}
-            return {"_id": 1, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
+            return {**HEAD, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
         mine = {"$filter": {"input": self._stored, "cond": self._is_mine(lock_id)}}
         if with_tags:
-            return {"_id": 1, "mine": mine, "tags": self._acquire_tags}
-        return {"_id": 1, "mine": mine}
+            return {**HEAD, "mine": mine, "tags": self._acquire_tags}
+        return {**HEAD, "mine": mine}
 
     def acquire(
         self,
@@ -302,7 +304,7 @@ class LockCore:
             upsert=self.home.on_demand and continuing is None,
             user_filter=user_filter,
         )
-        return AcquirePlan(self, command, user_filter, tag, continuing, fair, listed)
+        return AcquirePlan(self, command, user_filter, tag, lock_id, continuing, fair, listed)
 
     def _fair_body(self, tag: str) -> Any:
         """The fair acquire pipeline body of ``tag``, built and encoded on first use."""
@@ -437,22 +439,47 @@ class LockCore:
     # -- reading --------------------------------------------------------------------
 
     def read_reply(
-        self, reply: Mapping[str, Any] | None, user_filter: Filter, lock: Lock | None, doing: str
+        self,
+        reply: Mapping[str, Any] | None,
+        user_filter: Filter,
+        lock: Lock | None,
+        doing: str,
+        lock_id: str | None = None,
     ) -> _Reply:
-        """Read a reply to acquire, release or extend; ``None`` means no document matched.
+        """Read a reply to acquire, release or extend of entry ``lock_id``; ``None``: no match.
 
         Their pipelines fail the command on a field that is not ours, so a reply is always
         about one that is. A named lock's document is missing only once nobody holds the
-        name, so for ``lock`` that is a loss, never :class:`ResourceNotFound`.
+        name, so for ``lock`` that is a loss, never :class:`ResourceNotFound`. A stored
+        image (what MongoDB answers a retried command, ``_images``) is read from the lock
+        field itself, as the projection would have been computed from it.
         """
         if reply is None:
             self.absent(user_filter, lock, doing)
             raise self.not_found(user_filter)  # a name nobody holds, where one was needed
+        if is_image(reply):
+            return self._from_image(reply, lock_id)
         found = reply.get("r")
         if found is not None:  # our entry found by its index (a table that shares)
-            return _Reply(reply["_id"], found.get("e"), frozenset(found.get("t") or ()))
+            return _Reply(reply[DOCUMENT_ID], found.get("e"), frozenset(found.get("t") or ()))
         mine = reply.get("mine")
-        return _Reply(reply["_id"], mine[0] if mine else None, frozenset(reply.get("tags") or ()))
+        return _Reply(
+            reply[DOCUMENT_ID], mine[0] if mine else None, frozenset(reply.get("tags") or ())
+        )
+
+    def _from_image(self, image: Mapping[str, Any], lock_id: str | None) -> _Reply:
+        """What the projection would have said of ``image``: our entry, and the stored tags.
+
+        An image answers only a command that was applied, and the lock commands are applied
+        only to a field that is ours (a foreign one fails them), so the entries are ours to
+        read. The tags are listed whether or not the reader needs them.
+        """
+        stored = entries(image, self.field)
+        mine = None
+        if lock_id is not None:
+            mine = next((entry for entry in stored if entry.get("id") == lock_id), None)
+        tags = frozenset(entry["tag"] for entry in stored if isinstance(entry.get("tag"), str))
+        return _Reply(image["_id"], mine, tags)
 
     def read_checked(
         self, reply: Mapping[str, Any] | None, user_filter: Filter, doing: str
@@ -460,11 +487,14 @@ class LockCore:
         """Read a reply whose projection is :meth:`projection`'s, checked against the layout.
 
         For the commands that read a field without failing on a foreign one (``inspect``,
-        ``break_lock``). ``None`` means no document matched.
+        ``break_lock``). ``None`` means no document matched. A stored image answers only a
+        ``break_lock`` that wrote, and it writes only a field that is ours (``break_body``
+        leaves any other exactly as it was, and an update that changes nothing is not
+        answered from the oplog, ``_images``), so an image needs no layout check.
         """
-        if reply is not None and not reply.get("ours"):
+        if reply is not None and not is_image(reply) and not reply.get("ours"):
             raise IncompatibleLockField(
-                f"field {self.field!r} of document {reply.get('_id')!r} holds data "
+                f"field {self.field!r} of document {reply.get(DOCUMENT_ID)!r} holds data "
                 f"docmultilock does not own (type {reply.get('t')!r}, version "
                 f"{reply.get('v')!r}; docmultilock writes {LAYOUT}); nothing was written",
                 filter=user_filter,
@@ -519,6 +549,8 @@ class AcquirePlan(NamedTuple):
     command: Command
     user_filter: Filter
     tag: str
+    #: The entry's id: a new one, or the continued lock's.
+    lock_id: str
     continuing: Lock | None
     fair: bool = False
     #: Whether the reply lists the stored tags; when not, every entry is of ``tag``.
@@ -537,7 +569,10 @@ class AcquirePlan(NamedTuple):
                 filter=self.user_filter,
                 blocking_tags=(),
             )
-        state = core.read_reply(reply, self.user_filter, self.continuing, "continue")
+        # A retried acquisition answered with the post-image (``_images``) was applied: the
+        # image holds our entry if it was granted or recorded pending, and the tags in the
+        # way otherwise, exactly as the projection would have.
+        state = core.read_reply(reply, self.user_filter, self.continuing, "continue", self.lock_id)
         tags = state.tags if self.listed else frozenset((self.tag,))
         if state.mine is not None and state.mine.get("tag") != self.tag:
             # Only a continued lock can meet its id under another tag: one a client edited.
@@ -593,7 +628,9 @@ class ReleasePlan(NamedTuple):
 
     def read(self, reply: Mapping[str, Any] | None) -> None:
         """Return quietly if our entry was there (live or expired); raise the loss otherwise."""
-        state = self.core.read_reply(reply, self.user_filter, self.lock, "release")
+        # A retried release answered with the pre-image (``_images``) was applied: our entry
+        # in it means the lock was ours when it was removed.
+        state = self.core.read_reply(reply, self.user_filter, self.lock, "release", self.lock.id)
         if state.mine is None:
             raise self.core.lost(self.lock, self.user_filter, "release")
 
@@ -608,7 +645,9 @@ class ExtendPlan(NamedTuple):
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the lock with its new expiry, or raise the loss when it is not held."""
-        state = self.core.read_reply(reply, self.user_filter, self.lock, "extend")
+        # A retried extension answered with the post-image (``_images``) shows our entry
+        # with the expiry the applied attempt gave it.
+        state = self.core.read_reply(reply, self.user_filter, self.lock, "extend", self.lock.id)
         mine = state.mine
         if mine is None or mine.get("pending") or mine.get("tag") != self.lock.tag:
             raise self.core.lost(self.lock, self.user_filter, "extend")
@@ -625,5 +664,10 @@ class DeletePlan(NamedTuple):
     command: Command
 
     def read(self, reply: Mapping[str, Any] | None) -> bool:
-        """True when the document was deleted (released); false to fall back to an update."""
+        """True when the document was deleted (released); false to fall back to an update.
+
+        A retried delete is answered with the deleted document's whole pre-image
+        (``_images``): any document at all means it was deleted, and the delete's condition
+        required our entry.
+        """
         return reply is not None

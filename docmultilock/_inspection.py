@@ -19,6 +19,7 @@ from typing import Any
 
 from docmultilock._core import Command, LockCore
 from docmultilock._expr import SERVER_NOW, literal
+from docmultilock._images import is_image, lock_state
 from docmultilock._lock import as_utc
 from docmultilock._pipeline import BREAK_MODES, break_body, update_stages
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot, holders_at
@@ -127,10 +128,10 @@ class InspectPlan:
             self.core.absent(self.user_filter)
             key = self.user_filter.get("_id")
             return LockSnapshot(key, 0, as_utc(now), (), exists=False), ()
-        self.core.read_checked(found, self.user_filter, "inspect")
+        checked = self.core.read_checked(found, self.user_filter, "inspect")
         state = found.get("state") or {}
         snapshot = LockSnapshot(
-            document_id=found["_id"],
+            document_id=checked.document_id,
             fence=int(state.get("fence") or 0),
             server_time=as_utc(now),
             holders=holders_at(state.get("holders"), now),
@@ -176,7 +177,15 @@ class BreakPlan:
             self.core.absent(self.user_filter)
             return ()  # nobody holds the name: its document is gone
         self.core.read_checked(reply, self.user_filter, "break")
-        broken = reply.get("broken")
+        if is_image(reply):
+            # A retried break, answered with the post-image (``_images``): it wrote, so the
+            # field holds this call's record (the token tells it from an earlier one's).
+            state = lock_state(reply, self.core.field)
+            broken = state.get("broken") if isinstance(state, Mapping) else None
+            if not isinstance(broken, Mapping) or broken.get("token") != self.token:
+                return ()
+        else:
+            broken = reply.get("broken")
         if not isinstance(broken, Mapping) or not isinstance(broken.get("at"), datetime):
             return ()
         return holders_at(broken.get("removed"), broken["at"])

@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
+from pymongo import MongoClient, uri_parser
 from pymongo.collection import Collection
 
 from docmultilock import MultiLock, WriteLock
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import MakeLock, Portal, Twins, flavoured
-from tests.helpers import USER_FIELDS, CommandLog, Doc
+from tests.helpers import USER_FIELDS, CommandLog, Doc, Proxied
+from tests.proxy import ReplyCutter
 
 
 @pytest.fixture(scope="session")
@@ -131,3 +132,46 @@ def fail_point(client: MongoClient[Doc]) -> Iterator[Callable[..., None]]:
 
     yield arm
     client.admin.command("configureFailPoint", "failCommand", mode="off")
+
+
+@pytest.fixture
+def cutter(client: MongoClient[Doc]) -> Iterator[ReplyCutter]:
+    """A reply-dropping proxy in front of the session's server (its primary)."""
+    address = client.address
+    assert address is not None
+    with ReplyCutter(address) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied(uri: str, cutter: ReplyCutter, collection: Collection[Doc]) -> Iterator[Proxied]:
+    """``proxied(**options)``: the test collection through ``cutter``, with client options.
+
+    The defaults are the test clients' (``timeoutMS``: an operation timeout, so pymongo
+    sends each attempt with the ``maxTimeMS`` left) and pymongo's (``retryWrites=True``).
+    """
+    parsed = uri_parser.parse_uri(uri)
+    credentials: Doc = {}
+    if parsed["username"]:
+        credentials = {
+            "username": parsed["username"],
+            "password": parsed["password"],
+            "authSource": parsed["options"].get("authsource", "admin"),
+        }
+    clients: list[MongoClient[Doc]] = []
+
+    def through(**options: Any) -> Collection[Doc]:
+        client: MongoClient[Doc] = MongoClient(
+            "127.0.0.1",
+            cutter.port,
+            directConnection=True,
+            **{**CLIENT_OPTIONS, **credentials, **options},
+        )
+        clients.append(client)
+        return client[collection.database.name][collection.name]
+
+    try:
+        yield through
+    finally:
+        for client in clients:
+            client.close()

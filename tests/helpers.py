@@ -13,6 +13,8 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 
+from tests.proxy import ReplyCutter
+
 Doc = dict[str, Any]
 
 #: The user's own data in the locked test document; no operation may change it.
@@ -91,3 +93,18 @@ def nested(depth: int) -> Any:
     for _ in range(depth):
         value = {"a": value}
     return value
+
+
+#: ``proxied(**options)``: the test collection seen through the reply-dropping proxy.
+Proxied = Callable[..., Collection[Doc]]
+
+
+def require_dropped(cutter: ReplyCutter, command: str) -> None:
+    """Fail unless the proxy dropped one reply, to ``command``.
+
+    ``pytest.fail``, not an assertion: a strict xfail expects an AssertionError from the
+    departure, and a proxy that cut nothing must not pass for it.
+    """
+    names = [cut.name for cut in cutter.cuts]
+    if names != [command]:
+        pytest.fail(f"the proxy dropped replies to {names}, not to one {command}")

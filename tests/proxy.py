@@ -16,6 +16,18 @@ command in the first key of its section-0 document. Everything else is forwarded
 byte, including the server's streamed ``hello`` replies to pymongo's monitor. Compression
 and TLS are not supported (the tests use neither).
 
+:meth:`ReplyCutter.answer_retries_as_mongodb` goes one step further and plays the part of a
+MongoDB replica set for the retry: the server here runs a retried write again, where
+MongoDB answers a retried ``findAndModify`` whose first attempt was applied from its oplog,
+with the document's **full** pre- or post-image and no projection
+(``parseOplogEntryForFindAndModify``, ``src/mongo/db/query/write_ops/
+write_ops_retryability.cpp`` in mongodb/mongo). The proxy forwards the chosen command
+without its projection (``fields``), so the server's reply is exactly that image as the
+first attempt left it, drops the reply, and answers pymongo's retry (the same ``lsid`` and
+``txnNumber``) itself with it, never forwarding the retry. It answers so even where the
+first attempt changed nothing (MongoDB would run that retry again): a reader must take the
+image either way.
+
 One event loop in a daemon thread serves every connection; arm it and read its cuts from
 any thread::
 
@@ -41,7 +53,7 @@ import bson
 
 Doc = dict[str, Any]
 
-__all__ = ["Cut", "ReplyCutter", "decode_op_msg"]
+__all__ = ["Cut", "ReplyCutter", "decode_op_msg", "op_msg"]
 
 _HEADER = struct.Struct("<iiii")  # messageLength, requestID, responseTo, opCode
 _OP_MSG = 2013
@@ -75,6 +87,19 @@ def decode_op_msg(body: bytes) -> Doc:
     return {**document, **sequences}
 
 
+def op_msg(request_id: int, response_to: int, document: Doc) -> bytes:
+    """A whole ``OP_MSG`` message (no checksum) carrying ``document`` as its section 0."""
+    body = struct.pack("<I", 0) + b"\x00" + bson.encode(document)
+    return _HEADER.pack(_HEADER.size + len(body), request_id, response_to, _OP_MSG) + body
+
+
+def _retry_key(command: Doc) -> bytes | None:
+    """What identifies a retryable write and its retries: its session and transaction number."""
+    if "lsid" not in command or "txnNumber" not in command:
+        return None
+    return bson.encode({"lsid": command["lsid"], "txnNumber": command["txnNumber"]})
+
+
 @dataclass(frozen=True)
 class Cut:
     """A reply the proxy dropped: what the client asked, and what the server answered."""
@@ -103,6 +128,11 @@ class ReplyCutter:
         self._guard = threading.Lock()
         self._commands: frozenset[str] = frozenset()
         self._remaining = 0
+        self._as_mongodb = False
+        # The answers MongoDB would give to the retries of the dropped commands, by
+        # ``_retry_key``, and how many retries were answered from them.
+        self._answers: dict[bytes, Doc] = {}
+        self.answered = 0
         self._cuts: list[Cut] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -122,6 +152,20 @@ class ReplyCutter:
         """
         with self._guard:
             self._commands, self._remaining = frozenset(commands), times
+            self._as_mongodb = False
+
+    def answer_retries_as_mongodb(self, commands: Iterable[str], times: int = 1) -> None:
+        """Drop the replies to the next ``times`` commands, and answer their retries as MongoDB.
+
+        Each matching command must be a retryable write (with ``lsid`` and ``txnNumber``).
+        It is forwarded without its projection; its reply (the full pre- or post-image) is
+        dropped and kept, and the retry that pymongo sends with the same session and
+        transaction number is answered with it (``value`` and ``lastErrorObject`` as the
+        first attempt's) without reaching the server.
+        """
+        with self._guard:
+            self._commands, self._remaining = frozenset(commands), times
+            self._as_mongodb = True
 
     def disarm(self) -> None:
         """Forward every reply from now on."""
@@ -169,16 +213,30 @@ class ReplyCutter:
 
     # -- the event loop's side ---------------------------------------------------------
 
-    def _doomed(self, body: bytes) -> Doc | None:
-        """The command of a request whose reply is to be dropped, else None (uses the arm)."""
+    def _doomed(self, body: bytes) -> tuple[Doc, bool] | None:
+        """A request whose reply is to be dropped: its command, and whether MongoDB's retry
+        answer is to be played; else None (uses the arm)."""
         with self._guard:
             if not self._remaining:
                 return None
             command = decode_op_msg(body)
             if next(iter(command), None) not in self._commands:
                 return None
+            if self._as_mongodb and _retry_key(command) is None:
+                raise ValueError(f"not a retryable write, so MongoDB has no answer: {command}")
             self._remaining -= 1
-            return command
+            return command, self._as_mongodb
+
+    def _answer(self, body: bytes) -> Doc | None:
+        """MongoDB's answer to a request that retries a dropped command, else None."""
+        with self._guard:
+            if not self._answers:
+                return None
+            key = _retry_key(decode_op_msg(body))
+            answer = None if key is None else self._answers.get(key)
+            if answer is not None:
+                self.answered += 1
+            return answer
 
     async def _shutdown(self) -> None:
         if self._server is not None:
@@ -222,10 +280,11 @@ class ReplyCutter:
         server_out: asyncio.StreamWriter,
     ) -> None:
         """Forward both ways until either side closes or a reply is dropped."""
-        # Request ids whose replies are to be dropped, with their commands.
-        doomed: dict[int, Doc] = {}
+        # Request ids whose replies are to be dropped, with their commands and whether the
+        # reply answers the command's retry (MongoDB's part).
+        doomed: dict[int, tuple[Doc, bool]] = {}
         pumps = [
-            asyncio.ensure_future(self._requests(client_in, server_out, doomed)),
+            asyncio.ensure_future(self._requests(client_in, client_out, server_out, doomed)),
             asyncio.ensure_future(self._replies(server_in, client_out, doomed)),
         ]
         try:
@@ -236,26 +295,52 @@ class ReplyCutter:
             await asyncio.gather(*pumps, return_exceptions=True)
 
     async def _requests(
-        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, doomed: dict[int, Doc]
+        self,
+        source: asyncio.StreamReader,
+        client: asyncio.StreamWriter,
+        sink: asyncio.StreamWriter,
+        doomed: dict[int, tuple[Doc, bool]],
     ) -> None:
         while (message := await _read_message(source)) is not None:
             _, request_id, _, op_code = _HEADER.unpack_from(message)
-            if op_code == _OP_MSG and (command := self._doomed(message[_HEADER.size :])):
-                # Registered before forwarding, so the reply cannot overtake it.
-                doomed[request_id] = command
+            if op_code == _OP_MSG:
+                answer = self._answer(message[_HEADER.size :])
+                if answer is not None:  # a retry MongoDB answers from its first attempt
+                    client.write(op_msg(request_id ^ 0x5A5A, request_id, answer))
+                    await client.drain()
+                    continue
+                found = self._doomed(message[_HEADER.size :])
+                if found is not None:
+                    # Registered before forwarding, so the reply cannot overtake it.
+                    doomed[request_id] = found
+                    command, as_mongodb = found
+                    if as_mongodb:  # the reply is then the whole image, as MongoDB keeps it
+                        fields = {k: v for k, v in command.items() if k != "fields"}
+                        message = op_msg(request_id, 0, fields)
             sink.write(message)
             await sink.drain()
 
     async def _replies(
-        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, doomed: dict[int, Doc]
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        doomed: dict[int, tuple[Doc, bool]],
     ) -> None:
         while (message := await _read_message(source)) is not None:
             _, _, response_to, _ = _HEADER.unpack_from(message)
-            command = doomed.pop(response_to, None)
-            if command is not None:
+            found = doomed.pop(response_to, None)
+            if found is not None:
+                command, as_mongodb = found
                 reply = decode_op_msg(message[_HEADER.size :])
                 with self._guard:
                     self._cuts.append(Cut(int(time.time() * 1000), command, reply))
+                    key = _retry_key(command)
+                    if as_mongodb and key is not None and reply.get("ok") == 1:
+                        self._answers[key] = {
+                            "lastErrorObject": reply.get("lastErrorObject", {}),
+                            "value": reply.get("value"),
+                            "ok": 1.0,
+                        }
                 return  # the server has applied it; the client's connection closes unanswered
             sink.write(message)
             await sink.drain()

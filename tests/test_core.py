@@ -50,7 +50,13 @@ def test_each_update_sets_the_lock_field_and_nothing_else(plan: Any) -> None:
 
 @pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
 def test_each_projection_returns_no_user_field(plan: Any) -> None:
-    assert set(plan.command.projection) <= {"_id", "mine", "tags", "r"}
+    assert set(plan.command.projection) <= {"_id", "i", "mine", "tags", "r"}
+
+
+@pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
+def test_each_projection_leaves_the_stored_id_out_so_an_image_is_told_apart(plan: Any) -> None:
+    assert plan.command.projection["_id"] == 0
+    assert plan.command.projection["i"] == "$_id"
 
 
 def test_continuing_uses_the_pending_locks_id() -> None:
@@ -90,7 +96,7 @@ def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
         "acquired": datetime(2026, 1, 1),
         "expires": datetime(2026, 1, 2),
     }
-    reply = {"_id": 1, "ours": True, "t": "object", "v": 1, "mine": [entry], "tags": ["read"]}
+    reply = {"i": 1, "ours": True, "t": "object", "v": 1, "mine": [entry], "tags": ["read"]}
     lock = CORE.to_lock(entry, 1)
     assert lock.acquired_at.tzinfo is timezone.utc
     assert lock.pending

@@ -137,7 +137,7 @@ def entry(tag: str = "write", *, pending: bool = False, lock_id: str = LOCK_ID) 
 
 def reply(*mine: Doc, tags: tuple[str, ...] = (), doc_id: Any = 1) -> Doc:
     """A projected reply: our entry (if any) and the live tags beside it."""
-    return {"_id": doc_id, "ours": True, "mine": list(mine), "tags": list(tags)}
+    return {"i": doc_id, "ours": True, "mine": list(mine), "tags": list(tags)}
 
 
 class _Client:
@@ -615,7 +615,7 @@ def test_a_failed_release_is_raised_unless_the_block_raised(
 
 def _inspect_reply(*holders: Doc, fence: int = 7, doomed: list[Doc] | None = None) -> Doc:
     state = {"v": 1, "fence": fence, "holders": list(holders)}
-    found: Doc = {"_id": 1, "ours": True, "state": state}
+    found: Doc = {"i": 1, "ours": True, "state": state}
     if doomed is not None:
         found["doomed"] = doomed
     return {"now": NOW, "doc": found}
@@ -664,7 +664,7 @@ def _break_plan(token: str = "c" * 32) -> Any:
 
 
 def _broken_reply(*removed: Doc) -> Doc:
-    return {"_id": 1, "ours": True, "broken": {"at": NOW, "removed": list(removed)}}
+    return {"i": 1, "ours": True, "broken": {"at": NOW, "removed": list(removed)}}
 
 
 def test_a_retried_break_after_a_lost_reply_reports_what_the_first_attempt_removed() -> None:
@@ -681,11 +681,11 @@ def test_a_retried_break_after_a_lost_reply_reports_what_the_first_attempt_remov
 
 def test_a_stale_broken_record_is_not_reported() -> None:
     # Another break's record: the projection hands back None for it.
-    assert _break_plan().read({"_id": 1, "ours": True, "broken": None}) == ()
+    assert _break_plan().read({"i": 1, "ours": True, "broken": None}) == ()
 
 
 def test_a_break_record_without_its_time_is_read_as_nothing_removed() -> None:
-    assert _break_plan().read({"_id": 1, "ours": True, "broken": {"removed": [entry()]}}) == ()
+    assert _break_plan().read({"i": 1, "ours": True, "broken": {"removed": [entry()]}}) == ()
 
 
 def test_a_break_of_a_name_nobody_holds_removes_nothing() -> None:

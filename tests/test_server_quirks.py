@@ -15,24 +15,22 @@ whichever server runs, what does not depend on the departure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from pymongo import MongoClient, ReturnDocument, uri_parser
+from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect
 
 from docmultilock import DocumentTooLarge, LockNotFound, NamedLocks, WriteLock
 from docmultilock._expr import SERVER_NOW, each, field_or_null
 from docmultilock._lock import Lock
-from docmultilock.pytest_plugin import CLIENT_OPTIONS
-from tests.helpers import server_now, wait_until
+from tests.helpers import Proxied, require_dropped, server_now, wait_until
 from tests.proxy import ReplyCutter
 
 Doc = dict[str, Any]
-Proxied = Callable[..., Collection[Doc]]
 TakeLock = Callable[[Collection[Doc]], tuple[WriteLock | NamedLocks, Any, Lock]]
 PAST = datetime(2000, 1, 1)
 FUTURE = datetime(2999, 1, 1)
@@ -118,60 +116,6 @@ def reexecuted_retry(request: pytest.FixtureRequest, is_embedded: bool) -> None:
                 "again (docs/server.md, 'Retried writes')",
             )
         )
-
-
-@pytest.fixture
-def cutter(client: MongoClient[Doc]) -> Iterator[ReplyCutter]:
-    """A reply-dropping proxy in front of the session's server (its primary)."""
-    address = client.address
-    assert address is not None
-    with ReplyCutter(address) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def proxied(uri: str, cutter: ReplyCutter, collection: Collection[Doc]) -> Iterator[Proxied]:
-    """``proxied(**options)``: the test collection through ``cutter``, with client options.
-
-    The defaults are the test clients' (``timeoutMS``: an operation timeout, so pymongo
-    sends each attempt with the ``maxTimeMS`` left) and pymongo's (``retryWrites=True``).
-    """
-    parsed = uri_parser.parse_uri(uri)
-    credentials: Doc = {}
-    if parsed["username"]:
-        credentials = {
-            "username": parsed["username"],
-            "password": parsed["password"],
-            "authSource": parsed["options"].get("authsource", "admin"),
-        }
-    clients: list[MongoClient[Doc]] = []
-
-    def through(**options: Any) -> Collection[Doc]:
-        client: MongoClient[Doc] = MongoClient(
-            "127.0.0.1",
-            cutter.port,
-            directConnection=True,
-            **{**CLIENT_OPTIONS, **credentials, **options},
-        )
-        clients.append(client)
-        return client[collection.database.name][collection.name]
-
-    try:
-        yield through
-    finally:
-        for client in clients:
-            client.close()
-
-
-def require_dropped(cutter: ReplyCutter, command: str) -> None:
-    """Fail unless the proxy dropped one reply, to ``command``.
-
-    ``pytest.fail``, not an assertion: a strict xfail expects an AssertionError from the
-    departure, and a proxy that cut nothing must not pass for it.
-    """
-    names = [cut.name for cut in cutter.cuts]
-    if names != [command]:
-        pytest.fail(f"the proxy dropped replies to {names}, not to one {command}")
 
 
 def increment_with_its_reply_dropped(counters: Collection[Doc], cutter: ReplyCutter) -> Any:

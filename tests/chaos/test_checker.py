@@ -53,7 +53,7 @@ def release_cut(lock_id: str, at: int, *, found: bool = True) -> Cut:
         "update": [{"$set": {"lock": {"$let": {"vars": {"id": {"$literal": lock_id}}}}}}],
     }
     mine = [{"id": lock_id, "tag": "write", "pending": False}] if found else []
-    return Cut(at, command, {"value": {"_id": 0, "ours": True, "mine": mine}, "ok": 1.0})
+    return Cut(at, command, {"value": {"i": 0, "ours": True, "mine": mine}, "ok": 1.0})
 
 
 @dataclass
