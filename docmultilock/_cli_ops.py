@@ -43,6 +43,7 @@ from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, P
 from docmultilock import _doctor
 from docmultilock._args import document_target
 from docmultilock._cli_args import hosts, seconds
+from docmultilock._core import SIMPLE_COLLATION
 from docmultilock._lock import LOCK_ID_PATTERN
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.managers import LockManager, MultiLock
@@ -222,7 +223,8 @@ def _confirmed(count: int) -> bool:
 def _only_match(locks: LockManager, key: Any) -> None:
     """Refuse a ``--filter`` matching several documents: ``break`` acts on one it showed."""
     try:
-        matched = list(locks.collection.find(key, {"_id": 1}).limit(2))
+        # Counted as the lock commands select: byte for byte (``SIMPLE_COLLATION``).
+        matched = list(locks.collection.find(key, {"_id": 1}, collation=SIMPLE_COLLATION).limit(2))
     except PyMongoError as exc:
         status = "unreachable" if _unanswered(exc) else "failed"
         raise CliError(f"cannot count the documents --filter matches: {exc}", status) from exc

@@ -58,6 +58,7 @@ __all__ = [
     "EXCLUSIVE",
     "NAMES",
     "SHARED",
+    "SIMPLE_COLLATION",
     "AcquirePlan",
     "Command",
     "Home",
@@ -70,6 +71,14 @@ __all__ = [
 DEFAULT_MAX_HOLDERS = 1000
 
 Filter = Mapping[str, Any]
+
+#: The collation every command on a lock field is sent with: binary comparison of strings.
+#: A collection's default collation applies to any operation that names none, its query
+#: and its expressions alike (MongoDB manual, "Collation": "If no collation is specified
+#: for the operation, the operation uses the collection's default collation"), so under a
+#: case-insensitive one the tags ``read`` and ``READ``, or the ids ``"a"`` and ``"A"``,
+#: would compare equal. The same collation makes a filter select byte for byte.
+SIMPLE_COLLATION: dict[str, str] = {"locale": "simple"}
 
 
 class Command(NamedTuple):

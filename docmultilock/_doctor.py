@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,16 @@ from pymongo.errors import PyMongoError
 from pymongo.write_concern import WriteConcern
 
 from docmultilock._lock import as_utc
+from docmultilock._sync.driver import server_hello
 
-__all__ = ["SCRATCH", "Check", "passed", "render", "run_checks"]
+__all__ = ["SCRATCH", "Check", "clock_check", "passed", "render", "run_checks", "version_check"]
 
 #: The scratch collection the write checks use, in the ``--db`` database.
 SCRATCH = "docmultilock.doctor"
 
+#: The oldest MongoDB docmultilock runs on: find and findAndModify projections that compute
+#: (the replies' keys) and the ``$first`` array operator came with 4.4; ``hello`` with
+#: 4.4.2 (``isMaster`` stands in before it).
 MIN_VERSION = (4, 4)
 #: Beyond this offset between the client's and the server's clocks, warn.
 CLOCK_OFFSET_WARN = 1.0
@@ -48,12 +53,19 @@ class Check:
     ok: bool
     detail: str
     advisory: bool = False
+    #: Not merely worse: docmultilock cannot work there (a server older than it supports).
+    error: bool = False
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``warn`` or ``error``."""
+        return "ok" if self.ok else "error" if self.error else "warn"
 
     def as_json(self) -> dict[str, Any]:
         """JSON-safe data for ``--json``."""
         return {
             "check": self.name,
-            "status": "ok" if self.ok else "warn",
+            "status": self.status,
             "detail": self.detail,
             "advisory": self.advisory,
         }
@@ -69,14 +81,25 @@ def _version(client: Client) -> Check:
         info = client.admin.command("buildInfo")
     except PyMongoError as exc:
         return Check("version", False, f"buildInfo failed ({exc}); docmultilock needs 4.4+")
-    version = str(info.get("version", "?"))
-    parts = tuple(int(part) for part in info.get("versionArray", [0, 0])[:2])
-    if parts >= MIN_VERSION:
-        return Check("version", True, f"{version} (update pipelines and $$NOW need 4.4+)")
-    return Check("version", False, f"{version}: docmultilock needs 4.4 or later")
+    return version_check(str(info.get("version", "?")), info.get("versionArray", [0, 0]))
 
 
-def _topology(hello: dict[str, Any]) -> Check:
+def version_check(version: str, parts: list[int]) -> Check:
+    """The version line for a server reporting ``version`` (``versionArray`` ``parts``)."""
+    if tuple(int(part) for part in parts[:2]) >= MIN_VERSION:
+        return Check(
+            "version", True, f"{version} (computed projections and $first need 4.4 or later)"
+        )
+    return Check(
+        "version",
+        False,
+        f"{version}: docmultilock needs MongoDB 4.4 or later (its replies are computed "
+        "projections, which older servers refuse)",
+        error=True,
+    )
+
+
+def _topology(hello: Mapping[str, Any]) -> Check:
     if hello.get("setName"):
         primary = hello.get("primary", "?")
         return Check(
@@ -124,14 +147,27 @@ def _change_streams(scratch: Collection[dict[str, Any]]) -> Check:
 
 def _clock(client: Client) -> Check:
     before = time.time()
-    hello = client.admin.command("hello")
+    hello = server_hello(client)
     after = time.time()
     server = as_utc(hello["localTime"])
     offset = server.timestamp() - (before + after) / 2
-    detail = (
-        f"server is {offset:+.3f} s from this client; expiry is judged by the server's "
-        "clock, an offset misleads only code comparing Lock.expires_at with local time"
-    )
+    return clock_check(offset, router=hello.get("msg") == "isdbgrid")
+
+
+def clock_check(offset: float, *, router: bool) -> Check:
+    """The clock line for a server ``offset`` seconds from this client."""
+    if router:
+        detail = (
+            f"this mongos router is {offset:+.3f} s from this client; its clock is $$NOW for "
+            "every lock command it routes, so expiry is judged by the routers' clocks, "
+            "while the TTL index deletes lock documents by the shard primaries' clocks: "
+            "keep every router and shard on NTP (docs: scaling out)"
+        )
+    else:
+        detail = (
+            f"server is {offset:+.3f} s from this client; expiry is judged by the server's "
+            "clock, an offset misleads only code comparing Lock.expires_at with local time"
+        )
     return Check("clock offset", abs(offset) <= CLOCK_OFFSET_WARN, detail)
 
 
@@ -150,7 +186,7 @@ def run_checks(client: Client, database: str, scratch: str, timeout: float = 10.
     """Every check, in the order they print."""
     checks = [_version(client)]
     try:
-        checks.append(_topology(client.admin.command("hello")))
+        checks.append(_topology(server_hello(client)))
         checks.append(_clock(client))
         checks.append(_round_trip(client))
     except PyMongoError as exc:
@@ -165,7 +201,7 @@ def render(checks: list[Check]) -> str:
     """One ``ok``/``warn`` line per check."""
     width = max(len(check.name) for check in checks)
     return "".join(
-        f"{'ok' if check.ok else 'warn':<5} {check.name:<{width}}  {check.detail}"
+        f"{check.status:<5} {check.name:<{width}}  {check.detail}"
         f"{' (advisory)' if not check.ok and check.advisory else ''}\n"
         for check in checks
     )

@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, WriteConcernError
+from pymongo.errors import (
+    CollectionInvalid,
+    ConnectionFailure,
+    OperationFailure,
+    PyMongoError,
+    WriteConcernError,
+)
 
 from docmultilock._pipeline import LAYOUT, foreign_field
 from docmultilock.errors import (
@@ -20,7 +26,11 @@ from docmultilock.errors import (
     LockError,
 )
 
-__all__ = ["is_transient", "translate"]
+__all__ = ["COMMAND_NOT_FOUND", "already_made", "is_transient", "translate"]
+
+#: CommandNotFound: what a server answers a command it does not have (``hello`` before
+#: MongoDB 4.4.2, whose drivers' handshake and docmultilock then use ``isMaster``).
+COMMAND_NOT_FOUND = 59
 
 #: Server error codes of a node shutting down, stepping down or unreachable (fail-over).
 _TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
@@ -29,6 +39,12 @@ _TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602,
 #: (BSONObjectTooLarge, and the two an update reports for its result).
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 
+
+#: What creating a collection or an index answers when another process made it first, or
+#: is making it now (mongodb/mongo ``src/mongo/base/error_codes.yml``): NamespaceExists (48),
+#: IndexAlreadyExists (68) and IndexBuildAlreadyInProgress (285, the same index being built
+#: by a concurrent ``createIndexes``).
+_ALREADY_MADE_CODES = frozenset({48, 68, 285})
 
 #: ConversionFailure: what the pipeline's refusal of a foreign lock field raises.
 _CONVERSION_FAILURE = 241
@@ -46,6 +62,17 @@ def is_transient(exc: PyMongoError) -> bool:
     if isinstance(exc, (OperationFailure, WriteConcernError)):
         return exc.code in _TRANSIENT_CODES
     return False
+
+
+def already_made(exc: PyMongoError) -> bool:
+    """True when creating a collection or index failed only because someone else made it.
+
+    pymongo's ``create_collection`` raises ``CollectionInvalid`` for a collection it saw
+    listed, and the server's NamespaceExists when another process created it in between.
+    """
+    if isinstance(exc, CollectionInvalid):
+        return True
+    return isinstance(exc, OperationFailure) and exc.code in _ALREADY_MADE_CODES
 
 
 def translate(exc: PyMongoError, doing: str, filter: Mapping[str, Any] | None) -> LockError:  # noqa: A002

@@ -50,16 +50,18 @@ def server_now(client: MongoClient[Doc]) -> datetime:
 
 
 class CommandLog(monitoring.CommandListener):
-    """Records the names of the commands a client sends (handshakes and heartbeats aside)."""
+    """Records the commands a client sends, and their names (handshakes and heartbeats aside)."""
 
     IGNORED = frozenset({"hello", "ismaster", "isMaster", "ping", "endSessions", "buildInfo"})
 
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.commands: list[Doc] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name not in self.IGNORED:
             self.names.append(event.command_name)
+            self.commands.append(dict(event.command))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass

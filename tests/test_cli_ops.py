@@ -249,7 +249,7 @@ def test_doctor_prints_one_line_per_check(uri: str, collection: Collection[Doc])
 
     lines = done.stdout.splitlines()
     assert len(lines) == 6
-    assert all(line.split()[0] in ("ok", "warn") for line in lines)
+    assert all(line.split()[0] in ("ok", "warn", "error") for line in lines)
 
 
 # -- exit statuses -----------------------------------------------------------------------------

@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 import pymongo
 from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import CollectionInvalid
+from pymongo.asynchronous.mongo_client import AsyncMongoClient
+from pymongo.errors import CollectionInvalid, OperationFailure
 from pymongo.write_concern import WriteConcern
 
-from docmultilock._core import Command
+from docmultilock._core import SIMPLE_COLLATION, Command
+from docmultilock._failures import COMMAND_NOT_FOUND, already_made
 from docmultilock._flows import (
     Aggregate,
     Clock,
@@ -35,7 +37,7 @@ from docmultilock._lock import as_utc
 from docmultilock._settle import AsyncSettle
 from docmultilock._wakeup import AsyncWatchers
 
-__all__ = ["AsyncMongoIO", "run"]
+__all__ = ["AsyncMongoIO", "run", "server_hello"]
 
 T = TypeVar("T")
 
@@ -76,25 +78,37 @@ class AsyncMongoIO:
             return None
         if isinstance(effect, Reread):
             with _deadline(effect.timeout):
-                return await self.collection.find_one(effect.filter, projection=effect.projection)
+                return await self.collection.find_one(
+                    effect.filter, projection=effect.projection, collation=SIMPLE_COLLATION
+                )
         if isinstance(effect, ServerTime):
             with _deadline(effect.timeout):
-                hello = await self.collection.database.client.admin.command("hello")
+                hello = await server_hello(self.collection.database.client)
             return as_utc(hello["localTime"])
         if isinstance(effect, Aggregate):
             with _deadline(effect.timeout):
-                cursor = await self.collection.aggregate(effect.pipeline)
+                cursor = await self.collection.aggregate(
+                    effect.pipeline, collation=SIMPLE_COLLATION
+                )
                 return await cursor.to_list()
         if isinstance(effect, MakeTtlIndex):
             with _deadline(effect.timeout):
                 # Create the collection first, so the index never creates it implicitly:
                 # on the embedded test server, an index build that creates a collection at
-                # the same moment as an upsert does can stall it (docs/server.md).
-                with contextlib.suppress(CollectionInvalid):  # it exists already
+                # the same moment as an upsert does can stall it (docs/server.md). Another
+                # process creating either at the same time is as good as done.
+                try:
                     await self.collection.database.create_collection(self.collection.name)
-                await self.collection.create_index(
-                    [(f"{effect.field}.expires", 1)], expireAfterSeconds=0, name=effect.name
-                )
+                except (CollectionInvalid, OperationFailure) as exc:
+                    if not already_made(exc):
+                        raise
+                try:
+                    await self.collection.create_index(
+                        [(f"{effect.field}.expires", 1)], expireAfterSeconds=0, name=effect.name
+                    )
+                except OperationFailure as exc:
+                    if not already_made(exc):
+                        raise
             return None
         if isinstance(effect, Watch):
             return AsyncWatchers.current().subscribe(self.collection, effect)
@@ -106,10 +120,21 @@ class AsyncMongoIO:
         raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover
 
 
+async def server_hello(client: AsyncMongoClient[Any]) -> Mapping[str, Any]:
+    """``hello``, or ``isMaster`` from a server that has no ``hello`` (before 4.4.2)."""
+    try:
+        reply: Mapping[str, Any] = await client.admin.command("hello")
+    except OperationFailure as exc:
+        if exc.code != COMMAND_NOT_FOUND:
+            raise
+        reply = await client.admin.command("isMaster")
+    return reply
+
+
 async def _execute(collection: AsyncCollection[Any], command: Command) -> Mapping[str, Any] | None:
     if command.delete:
         deleted: Mapping[str, Any] | None = await collection.find_one_and_delete(
-            command.filter, projection=command.projection
+            command.filter, projection=command.projection, collation=SIMPLE_COLLATION
         )
         return deleted
     reply: Mapping[str, Any] | None = await collection.find_one_and_update(
@@ -118,6 +143,7 @@ async def _execute(collection: AsyncCollection[Any], command: Command) -> Mappin
         projection=command.projection,
         return_document=ReturnDocument.AFTER if command.return_after else ReturnDocument.BEFORE,
         upsert=command.upsert,
+        collation=SIMPLE_COLLATION,
     )
     return reply
 

@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 import pymongo
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
-from pymongo.errors import CollectionInvalid
+from pymongo.errors import CollectionInvalid, OperationFailure
+from pymongo.mongo_client import MongoClient
 from pymongo.write_concern import WriteConcern
 
-from docmultilock._core import Command
+from docmultilock._core import SIMPLE_COLLATION, Command
+from docmultilock._failures import COMMAND_NOT_FOUND, already_made
 from docmultilock._flows import (
     Aggregate,
     Clock,
@@ -37,7 +39,7 @@ from docmultilock._lock import as_utc
 from docmultilock._settle import Settle
 from docmultilock._wakeup import Watchers
 
-__all__ = ["MongoIO", "run"]
+__all__ = ["MongoIO", "run", "server_hello"]
 
 T = TypeVar("T")
 
@@ -78,25 +80,35 @@ class MongoIO:
             return None
         if isinstance(effect, Reread):
             with _deadline(effect.timeout):
-                return self.collection.find_one(effect.filter, projection=effect.projection)
+                return self.collection.find_one(
+                    effect.filter, projection=effect.projection, collation=SIMPLE_COLLATION
+                )
         if isinstance(effect, ServerTime):
             with _deadline(effect.timeout):
-                hello = self.collection.database.client.admin.command("hello")
+                hello = server_hello(self.collection.database.client)
             return as_utc(hello["localTime"])
         if isinstance(effect, Aggregate):
             with _deadline(effect.timeout):
-                cursor = self.collection.aggregate(effect.pipeline)
+                cursor = self.collection.aggregate(effect.pipeline, collation=SIMPLE_COLLATION)
                 return cursor.to_list()
         if isinstance(effect, MakeTtlIndex):
             with _deadline(effect.timeout):
                 # Create the collection first, so the index never creates it implicitly:
                 # on the embedded test server, an index build that creates a collection at
-                # the same moment as an upsert does can stall it (docs/server.md).
-                with contextlib.suppress(CollectionInvalid):  # it exists already
+                # the same moment as an upsert does can stall it (docs/server.md). Another
+                # process creating either at the same time is as good as done.
+                try:
                     self.collection.database.create_collection(self.collection.name)
-                self.collection.create_index(
-                    [(f"{effect.field}.expires", 1)], expireAfterSeconds=0, name=effect.name
-                )
+                except (CollectionInvalid, OperationFailure) as exc:
+                    if not already_made(exc):
+                        raise
+                try:
+                    self.collection.create_index(
+                        [(f"{effect.field}.expires", 1)], expireAfterSeconds=0, name=effect.name
+                    )
+                except OperationFailure as exc:
+                    if not already_made(exc):
+                        raise
             return None
         if isinstance(effect, Watch):
             return Watchers.current().subscribe(self.collection, effect)
@@ -108,10 +120,21 @@ class MongoIO:
         raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover
 
 
+def server_hello(client: MongoClient[Any]) -> Mapping[str, Any]:
+    """``hello``, or ``isMaster`` from a server that has no ``hello`` (before 4.4.2)."""
+    try:
+        reply: Mapping[str, Any] = client.admin.command("hello")
+    except OperationFailure as exc:
+        if exc.code != COMMAND_NOT_FOUND:
+            raise
+        reply = client.admin.command("isMaster")
+    return reply
+
+
 def _execute(collection: Collection[Any], command: Command) -> Mapping[str, Any] | None:
     if command.delete:
         deleted: Mapping[str, Any] | None = collection.find_one_and_delete(
-            command.filter, projection=command.projection
+            command.filter, projection=command.projection, collation=SIMPLE_COLLATION
         )
         return deleted
     reply: Mapping[str, Any] | None = collection.find_one_and_update(
@@ -120,6 +143,7 @@ def _execute(collection: Collection[Any], command: Command) -> Mapping[str, Any]
         projection=command.projection,
         return_document=ReturnDocument.AFTER if command.return_after else ReturnDocument.BEFORE,
         upsert=command.upsert,
+        collation=SIMPLE_COLLATION,
     )
     return reply
 
