@@ -113,6 +113,42 @@ def is_embedded(docmultilock_client: MongoClient[Doc]) -> bool:
     return "secantusVersion" in docmultilock_client.admin.command("buildInfo")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "embedded_only(why): needs the embedded SecantusDB server itself (a server of its own,"
+        " its admin commands or its behaviour); skipped, saying why, on a real MongoDB",
+    )
+
+
+@pytest.fixture
+def require_embedded(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """``require_embedded(why)``: skip the test unless the session's server is the embedded one.
+
+    The one way a test says it cannot run on a real MongoDB (``DOCMULTILOCK_MONGODB_URI``):
+    mark it ``@pytest.mark.embedded_only("why")``, or call this for a part of a test. Fail
+    points are no reason: MongoDB has them with ``enableTestCommands=1``.
+    """
+
+    def require(why: str) -> None:
+        if not request.getfixturevalue("is_embedded"):
+            pytest.skip(f"needs the embedded server: {why}")
+
+    return require
+
+
+@pytest.fixture(autouse=True)
+def _embedded_only(request: pytest.FixtureRequest) -> None:
+    """Skip a test marked ``embedded_only(why)`` when the session's server is MongoDB."""
+    marker = request.node.get_closest_marker("embedded_only")
+    if marker is None:
+        return
+    if len(marker.args) != 1 or not isinstance(marker.args[0], str) or marker.kwargs:
+        raise TypeError(f"{request.node.nodeid}: embedded_only takes one reason, a string")
+    require: Callable[[str], None] = request.getfixturevalue("require_embedded")
+    require(marker.args[0])
+
+
 @pytest.fixture
 def fail_point(client: MongoClient[Doc]) -> Iterator[Callable[..., None]]:
     """Arm ``failCommand`` (findAndModify unless ``commands`` says); always switched off after.

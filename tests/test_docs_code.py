@@ -16,6 +16,11 @@ A block that defines ``test_*`` functions (the testing how-to) has them called a
 with the fixtures they name: ``docmultilock_client``, ``docmultilock_collection`` (a fresh
 collection each) and ``tmp_path``.
 
+A page whose blocks start an :class:`~docmultilock.testing.EmbeddedServer` of their own
+(outside a ``test_*`` function) runs on it, not on the test server: it is ``embedded_only``
+and skips on a real MongoDB. There a ``test_*`` function that starts one is not called: the
+page's other blocks run, then the test skips, naming it.
+
 A block that must not run says so, with a reason, on the line right before its fence::
 
     <!-- norun: a stored document, not code -->
@@ -26,6 +31,7 @@ that uses names no example could give).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import logging
 import re
@@ -85,6 +91,36 @@ def page_id(page: Path) -> str:
     return str(page.relative_to(ROOT))
 
 
+#: The name that starts a server of its own, not the test server.
+OWN_SERVER = "EmbeddedServer"
+
+
+def starts_its_own_server(page: Path) -> bool:
+    """Whether a block of the page runs an :class:`EmbeddedServer` outside a test function."""
+    for block in python_blocks(page.read_text()):
+        if block.norun is not None:
+            continue
+        for statement in ast.parse(block.code).body:
+            if isinstance(
+                statement, ast.FunctionDef | ast.AsyncFunctionDef
+            ) and statement.name.startswith("test_"):
+                continue
+            if any(
+                isinstance(node, ast.Name) and node.id == OWN_SERVER for node in ast.walk(statement)
+            ):
+                return True
+    return False
+
+
+def page_param(page: Path) -> Any:
+    """The page as a parameter; ``embedded_only`` when it starts a server of its own."""
+    marks = []
+    if starts_its_own_server(page):
+        why = f"{page_id(page)} starts an EmbeddedServer of its own and runs on it"
+        marks.append(pytest.mark.embedded_only(why))
+    return pytest.param(page, marks=marks, id=page_id(page))
+
+
 @pytest.fixture
 def givens(docmultilock_client: MongoClient[Doc]) -> Iterator[dict[str, Any]]:
     """The names every page starts with, on a fresh database dropped afterwards."""
@@ -112,9 +148,17 @@ def givens(docmultilock_client: MongoClient[Doc]) -> Iterator[dict[str, Any]]:
 
 
 def call_tests(
-    namespace: dict[str, Any], client: MongoClient[Doc], tmp_path: Path, already: set[str]
+    namespace: dict[str, Any],
+    client: MongoClient[Doc],
+    tmp_path: Path,
+    already: set[str],
+    left_out: list[str] | None = None,
 ) -> None:
-    """Call the ``test_*`` functions the page's blocks defined, with the fixtures they name."""
+    """Call the ``test_*`` functions the page's blocks defined, with the fixtures they name.
+
+    With ``left_out`` (on a real MongoDB), a function that starts an :class:`EmbeddedServer`
+    of its own is not called but named there.
+    """
     fixtures: dict[str, Callable[[], Any]] = {
         "docmultilock_client": lambda: client,
         "docmultilock_collection": lambda: client.docmultilock_test[uuid.uuid4().hex[:12]],
@@ -124,6 +168,9 @@ def call_tests(
         if not name.startswith("test_") or not callable(function) or name in already:
             continue
         already.add(name)
+        if left_out is not None and OWN_SERVER in function.__code__.co_names:
+            left_out.append(name)
+            continue
         arguments = {arg: fixtures[arg]() for arg in inspect.signature(function).parameters}
         if "tmp_path" in arguments:
             arguments["tmp_path"].mkdir()
@@ -134,7 +181,7 @@ def call_tests(
                 arguments["docmultilock_collection"].drop()
 
 
-@pytest.mark.parametrize("page", PAGES, ids=page_id)
+@pytest.mark.parametrize("page", [page_param(page) for page in PAGES])
 def test_the_pages_python_blocks_run(
     page: Path,
     givens: dict[str, Any],
@@ -143,11 +190,14 @@ def test_the_pages_python_blocks_run(
     capsys: pytest.CaptureFixture[str],
     docmultilock_uri: str,
     monkeypatch: pytest.MonkeyPatch,
+    is_embedded: bool,
+    require_embedded: Callable[[str], None],
 ) -> None:
     # Pages whose blocks make their own client (the async ones) read the server from here.
     monkeypatch.setenv("DOCMULTILOCK_MONGODB_URI", docmultilock_uri)
     namespace = {**givens, "uri": docmultilock_uri}
     called: set[str] = set()
+    left_out: list[str] | None = None if is_embedded else []
     for block in python_blocks(page.read_text()):
         if block.norun is not None:
             assert block.norun, f"{page_id(page)}:{block.line}: norun needs a reason"
@@ -155,8 +205,13 @@ def test_the_pages_python_blocks_run(
         # Line numbers in tracebacks point into the page.
         code = compile("\n" * block.line + block.code, page_id(page), "exec")
         exec(code, namespace)
-        call_tests(namespace, docmultilock_client, tmp_path, called)
+        call_tests(namespace, docmultilock_client, tmp_path, called, left_out)
     capsys.readouterr()
+    if left_out:
+        require_embedded(
+            f"{', '.join(left_out)} in {page_id(page)} starts an EmbeddedServer of its own "
+            "(the page's other blocks ran)"
+        )
 
 
 def test_a_norun_marker_is_read_with_its_reason() -> None:

@@ -435,6 +435,7 @@ def test_a_stolen_lock_sets_lost_and_calls_on_lost_once(subject: Subject) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.embedded_only("starts a server of its own and stops it under a held lock")
 def test_a_stopped_server_sets_lost_and_the_loss_is_raised(
     build: Build,
 ) -> None:

@@ -148,6 +148,7 @@ def run_chaos(tmp_path: Path, plan: Plan, seed: int) -> tuple[Report, Conductor]
 
 
 @pytest.mark.slow
+@pytest.mark.embedded_only("runs on a server of its own that it kills with -9 and restarts")
 def test_locks_hold_their_guarantees_under_chaos(tmp_path: Path, record_property: Any) -> None:
     seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1_000_000))
     started = time.monotonic()
