@@ -43,12 +43,20 @@ from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, P
 from docmultilock import _doctor
 from docmultilock._args import document_target
 from docmultilock._cli_args import hosts, seconds
-from docmultilock._core import SIMPLE_COLLATION
+from docmultilock._core import SIMPLE_COLLATION, LockCore
+from docmultilock._inspection import ListPlan
 from docmultilock._lock import LOCK_ID_PATTERN
+from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.managers import LockManager, MultiLock
 from docmultilock._sync.named import NamedLocks
-from docmultilock.errors import DbTimeout, InvalidArgument, LockError, ResourceNotFound
+from docmultilock.errors import (
+    DbTimeout,
+    IncompatibleLockField,
+    InvalidArgument,
+    LockError,
+    ResourceNotFound,
+)
 from docmultilock.testing import URI_VARIABLE
 
 __all__ = ["EXIT", "add_commands"]
@@ -190,9 +198,61 @@ def _where(locks: LockManager, args: argparse.Namespace) -> str:
     return f"{locks.collection.full_name} {noun}"
 
 
+#: ``inspect`` counts the documents a ``--filter`` matches up to this many.
+COUNT_MOST = 1000
+#: ``inspect --all`` reads the locked documents this many at a time.
+LIST_BATCH = 100
+
+
+def _inspect_all(args: argparse.Namespace) -> int:
+    """``inspect --all``: one read-only aggregation, read a batch at a time."""
+    if not args.collection:
+        raise CliError("--all needs --collection", "usage")
+    if args.watch:
+        raise CliError("--watch follows one --filter or --name, not --all", "usage")
+    with _connect(args) as client:
+        collection = client[args.db][args.collection]
+        core = LockCore(args.field, build_rules(READ_WRITE, {}, 1), namespace=collection.full_name)
+        plan = ListPlan.make(core)
+        count = 0
+        try:
+            for reply in collection.aggregate(
+                plan.pipeline, collation=SIMPLE_COLLATION, batchSize=LIST_BATCH
+            ):
+                try:
+                    snapshot = plan.read(reply)
+                except IncompatibleLockField as exc:
+                    print(f"skipped: {exc}", file=sys.stderr)
+                    continue
+                count += 1
+                if args.json:
+                    sys.stdout.write(json.dumps(snapshot.as_json()) + "\n")
+                else:
+                    sys.stdout.write(render_snapshot(snapshot, f"{collection.full_name} document"))
+                sys.stdout.flush()
+        except PyMongoError as exc:
+            status = "unreachable" if _unanswered(exc) else "failed"
+            raise CliError(f"cannot list the locked documents: {exc}", status) from exc
+        if not args.json:
+            print(f"{count} locked document{'' if count == 1 else 's'} in {collection.full_name}")
+    return EXIT["ok"]
+
+
 def _inspect(args: argparse.Namespace) -> int:
+    if args.all:
+        return _inspect_all(args)
     with _connect(args) as client:
         locks, key = _target(client, args)
+        if args.name is None:
+            count = _matching(locks, key, COUNT_MOST)
+            if count > 1:
+                # acquire() takes the first match too; say so rather than show it alone.
+                many = f"{count} or more" if count >= COUNT_MOST else str(count)
+                print(
+                    f"--filter matches {many} documents; this is the first, the one a lock "
+                    "on this filter takes (name one by _id to choose)",
+                    file=sys.stderr,
+                )
         while True:
             snapshot = locks.inspect(key)
             if args.json:
@@ -220,15 +280,23 @@ def _confirmed(count: int) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _only_match(locks: LockManager, key: Any) -> None:
-    """Refuse a ``--filter`` matching several documents: ``break`` acts on one it showed."""
+def _matching(locks: LockManager, key: Any, most: int) -> int:
+    """How many documents ``key`` matches, counted up to ``most``, as a lock command selects.
+
+    Byte for byte (``SIMPLE_COLLATION``), and by ``find``, which takes every filter the
+    lock commands take.
+    """
     try:
-        # Counted as the lock commands select: byte for byte (``SIMPLE_COLLATION``).
-        matched = list(locks.collection.find(key, {"_id": 1}, collation=SIMPLE_COLLATION).limit(2))
+        found = locks.collection.find(key, {"_id": 1}, collation=SIMPLE_COLLATION).limit(most)
+        return len(list(found))
     except PyMongoError as exc:
         status = "unreachable" if _unanswered(exc) else "failed"
         raise CliError(f"cannot count the documents --filter matches: {exc}", status) from exc
-    if len(matched) > 1:
+
+
+def _only_match(locks: LockManager, key: Any) -> None:
+    """Refuse a ``--filter`` matching several documents: ``break`` acts on one it showed."""
+    if _matching(locks, key, 2) > 1:
         raise CliError(
             "--filter matches more than one document; name one (by _id) to break it", "usage"
         )
@@ -363,7 +431,7 @@ def _common(parser: argparse.ArgumentParser, *, db: str | None = None) -> None:
     )
 
 
-def _target_options(parser: argparse.ArgumentParser) -> None:
+def _target_options(parser: argparse.ArgumentParser, *, every: bool = False) -> None:
     parser.add_argument(
         "--collection",
         help=f"the collection (for --name, the lock collection; default {NAMED_COLLECTION})",
@@ -371,6 +439,12 @@ def _target_options(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--filter", help="the locked document, as (Extended) JSON: '{\"_id\": 1}'")
     which.add_argument("--name", help="a named lock (NamedLocks)")
+    if every:
+        which.add_argument(
+            "--all",
+            action="store_true",
+            help="every document of --collection whose lock field holds an entry, by _id",
+        )
     parser.add_argument(
         "--field", default="lock", help="the lock field, with --filter (default lock)"
     )
@@ -401,7 +475,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "when it was acquired and how long it has left, by the server's clock. Writes nothing.",
     )
     _common(inspect)
-    _target_options(inspect)
+    _target_options(inspect, every=True)
     inspect.add_argument(
         "--watch", type=seconds, metavar="S", help="refresh every S seconds (Ctrl-C ends)"
     )

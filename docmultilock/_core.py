@@ -173,8 +173,11 @@ class LockCore:
         home: Home = DOCUMENTS,
         verdicts: Verdicts = SHARED,
         max_holders: int = DEFAULT_MAX_HOLDERS,
+        namespace: str = "",
     ) -> None:
         self.field = field
+        #: The collection's full name (``db.collection``), for the errors that name it.
+        self.namespace = namespace
         self.rules = rules
         self.home = home
         self.verdicts = verdicts
@@ -522,11 +525,15 @@ class LockCore:
         if lock is not None:
             raise self.lost(lock, user_filter, doing)
 
-    @staticmethod
-    def not_found(user_filter: Filter) -> ResourceNotFound:
-        """The error for a filter no document matches."""
+    def not_found(self, user_filter: Filter) -> ResourceNotFound:
+        """The error for a filter no document matches, naming the collection searched.
+
+        The collection is named so that a typo in its name does not pass for a wrong
+        ``_id``.
+        """
+        where = f" in {self.namespace}" if self.namespace else ""
         return ResourceNotFound(
-            f"no document matches the filter {dict(user_filter)!r}", filter=user_filter
+            f"no document{where} matches the filter {dict(user_filter)!r}", filter=user_filter
         )
 
     def to_lock(self, entry: Mapping[str, Any], document_id: Any) -> Lock:
@@ -545,7 +552,9 @@ class LockCore:
         """The error for a lock that is no longer on its document."""
         return self.verdicts.lost(
             f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self.home.noun} "
-            f"{lock.document_id!r}; it expired or was displaced",
+            f"{lock.document_id!r}: it was already released (a second release of a lock "
+            "raises this), or it expired, or an operator broke it, and another holder may "
+            "have it now",
             filter=user_filter,
             lock=lock,
         )

@@ -81,11 +81,26 @@ def _version(client: Client) -> Check:
         info = client.admin.command("buildInfo")
     except PyMongoError as exc:
         return Check("version", False, f"buildInfo failed ({exc}); docmultilock needs 4.4+")
-    return version_check(str(info.get("version", "?")), info.get("versionArray", [0, 0]))
+    embedded = info.get("secantusVersion")
+    return version_check(
+        str(info.get("version", "?")),
+        info.get("versionArray", [0, 0]),
+        embedded=None if embedded is None else str(embedded),
+    )
 
 
-def version_check(version: str, parts: list[int]) -> Check:
-    """The version line for a server reporting ``version`` (``versionArray`` ``parts``)."""
+def version_check(version: str, parts: list[int], *, embedded: str | None = None) -> Check:
+    """The version line for a server reporting ``version`` (``versionArray`` ``parts``).
+
+    ``embedded``: the embedded test server's own version, when that is the server.
+    """
+    if embedded is not None:
+        return Check(
+            "version",
+            True,
+            f"{version}, reported by the embedded test server (SecantusDB {embedded}), "
+            "for development and tests only: run production on MongoDB",
+        )
     if tuple(int(part) for part in parts[:2]) >= MIN_VERSION:
         return Check(
             "version", True, f"{version} (computed projections and $first need 4.4 or later)"
@@ -99,7 +114,21 @@ def version_check(version: str, parts: list[int]) -> Check:
     )
 
 
+def _one_node(hello: Mapping[str, Any]) -> bool:
+    """True for a replica set of one data-bearing member: majority is that node alone."""
+    members = [*hello.get("hosts", []), *hello.get("passives", [])]
+    return bool(hello.get("setName")) and len(members) <= 1
+
+
 def _topology(hello: Mapping[str, Any]) -> Check:
+    if _one_node(hello):
+        return Check(
+            "topology",
+            True,
+            f"one-node replica set {hello['setName']!r}: transactions, change streams and "
+            "majority writes work, but there is no fail-over and no second copy; a lost "
+            "node loses its locks with its data (fine for development, not production)",
+        )
     if hello.get("setName"):
         primary = hello.get("primary", "?")
         return Check(
@@ -117,7 +146,7 @@ def _topology(hello: Mapping[str, Any]) -> Check:
     return Check("topology", True, "standalone: no fail-over; a restart loses nothing acknowledged")
 
 
-def _majority(scratch: Collection[dict[str, Any]], timeout: float) -> Check:
+def _majority(scratch: Collection[dict[str, Any]], timeout: float, *, single: bool) -> Check:
     view = scratch.with_options(
         write_concern=WriteConcern("majority", wtimeout=int(timeout * 1000))
     )
@@ -126,6 +155,8 @@ def _majority(scratch: Collection[dict[str, Any]], timeout: float) -> Check:
         view.delete_one({"_id": inserted.inserted_id})
     except PyMongoError as exc:
         return Check("w:majority", False, f"a majority write failed ({exc}); locks use it")
+    if single:
+        return Check("w:majority", True, "acknowledged (by the one node: nothing to fail over to)")
     return Check("w:majority", True, "acknowledged: locks survive a fail-over once granted")
 
 
@@ -185,20 +216,23 @@ def _round_trip(client: Client) -> Check:
 def run_checks(client: Client, database: str, scratch: str, timeout: float = 10.0) -> list[Check]:
     """Every check, in the order they print."""
     checks = [_version(client)]
+    single = False
     try:
-        checks.append(_topology(server_hello(client)))
+        hello = server_hello(client)
+        single = _one_node(hello)
+        checks.append(_topology(hello))
         checks.append(_clock(client))
         checks.append(_round_trip(client))
     except PyMongoError as exc:
         checks.append(Check("server", False, f"hello/ping failed: {exc}"))
     collection = client[database][scratch]
-    checks.append(_majority(collection, timeout))
+    checks.append(_majority(collection, timeout, single=single))
     checks.append(_change_streams(collection))
     return checks
 
 
 def render(checks: list[Check]) -> str:
-    """One ``ok``/``warn`` line per check."""
+    """One ``ok``/``warn``/``error`` line per check."""
     width = max(len(check.name) for check in checks)
     return "".join(
         f"{check.status:<5} {check.name:<{width}}  {check.detail}"

@@ -1,16 +1,30 @@
-"""Clear errors for a context manager entered with the other flavour's statement.
+"""Clear errors for a ``hold()`` used the wrong way, and for a lock used as one.
 
 ``hold()`` of an async manager must be entered with ``async with``, a sync one's with
-``with``. Entered the other way, Python would say only that the protocol is missing; these
-mixins say what to write instead.
+``with``. Entered the other way, awaited, or used without entering it at all
+(``h = locks.hold(...); h.guard()``), Python would say only that a protocol or an
+attribute is missing; these mixins say what to write instead. A :class:`~docmultilock.Lock`
+is a value, not a context manager: :class:`NotAHold` says so when one is entered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from types import TracebackType
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-__all__ = ["AsyncOnly", "SyncOnly"]
+__all__ = ["AsyncOnly", "NotAHold", "SyncOnly"]
+
+#: What a held lock offers inside the block; asked of the hold itself, it was not entered.
+_HELD_ATTRIBUTES = frozenset({"lock", "guard", "require", "lost", "error"})
+
+
+def _not_entered(hold: object, name: str, statement: str) -> AttributeError:
+    return AttributeError(
+        f"{type(hold).__name__} has no attribute {name!r}: hold() returns a context manager, "
+        f"not the held lock; write '{statement} locks.hold(...) as held:' and use "
+        f"held.{name} inside the block"
+    )
 
 
 class AsyncOnly:
@@ -30,6 +44,20 @@ class AsyncOnly:
     ) -> None:  # pragma: no cover - __enter__ always raised
         return None
 
+    if not TYPE_CHECKING:  # for the runtime only: a type checker still flags the misuse
+
+        def __await__(self) -> Generator[Any, None, NoReturn]:
+            raise TypeError(
+                "'await locks.hold(...)' takes no lock: write 'async with locks.hold(...) as "
+                "held:' for a block, or 'await locks.acquire(...)' for a lock you release "
+                "yourself"
+            )
+
+        def __getattr__(self, name: str) -> Any:
+            if name in _HELD_ATTRIBUTES:
+                raise _not_entered(self, name, "async with")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
 
 class SyncOnly:
     """Refuses ``async with``: the object is a plain context manager."""
@@ -47,3 +75,47 @@ class SyncOnly:
         traceback: TracebackType | None,
     ) -> None:  # pragma: no cover - __aenter__ always raised
         return None
+
+    if not TYPE_CHECKING:  # for the runtime only: a type checker still flags the misuse
+
+        def __getattr__(self, name: str) -> Any:
+            if name in _HELD_ATTRIBUTES:
+                raise _not_entered(self, name, "with")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class NotAHold:
+    """Refuses ``with`` and ``async with``: a lock is a value; ``hold()`` holds one for a block."""
+
+    __slots__ = ()  # a slotted dataclass (``Lock``) stays without a ``__dict__``
+
+    # For the runtime only: a type checker still flags ``with lock:`` as the error it is.
+    if not TYPE_CHECKING:
+
+        def __enter__(self) -> NoReturn:
+            raise TypeError(
+                "a Lock is not a context manager: write 'with locks.hold(...) as held:' to hold "
+                "a lock for a block, or release what acquire() returned yourself (in a finally)"
+            )
+
+        def __exit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            traceback: TracebackType | None,
+        ) -> None:  # pragma: no cover - __enter__ always raised
+            return None
+
+        async def __aenter__(self) -> NoReturn:
+            raise TypeError(
+                "a Lock is not a context manager: write 'async with locks.hold(...) as held:' "
+                "to hold a lock for a block, or release what acquire() returned yourself"
+            )
+
+        async def __aexit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            traceback: TracebackType | None,
+        ) -> None:  # pragma: no cover - __aenter__ always raised
+            return None

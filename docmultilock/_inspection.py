@@ -19,13 +19,13 @@ from typing import Any
 
 from docmultilock._core import Command, LockCore
 from docmultilock._expr import SERVER_NOW, literal
-from docmultilock._images import is_image, lock_state
+from docmultilock._images import document_id, is_image, lock_state
 from docmultilock._lock import as_utc
 from docmultilock._pipeline import BREAK_MODES, break_body, update_stages
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot, holders_at
 from docmultilock.errors import InvalidArgument
 
-__all__ = ["BreakPlan", "InspectPlan", "break_mode", "check_matchable"]
+__all__ = ["BreakPlan", "InspectPlan", "ListPlan", "break_mode", "check_matchable"]
 
 Filter = Mapping[str, Any]
 
@@ -128,15 +128,55 @@ class InspectPlan:
             self.core.absent(self.user_filter)
             key = self.user_filter.get("_id")
             return LockSnapshot(key, 0, as_utc(now), (), exists=False), ()
-        checked = self.core.read_checked(found, self.user_filter, "inspect")
-        state = found.get("state") or {}
-        snapshot = LockSnapshot(
-            document_id=checked.document_id,
-            fence=int(state.get("fence") or 0),
-            server_time=as_utc(now),
-            holders=holders_at(state.get("holders"), now),
-        )
+        snapshot = _snapshot(self.core, found, now, self.user_filter)
         return snapshot, holders_at(found.get("doomed"), now)
+
+
+def _snapshot(core: LockCore, found: Mapping[str, Any], now: datetime, key: Filter) -> LockSnapshot:
+    """The snapshot of one document read with ``core.projection(state=...)`` at ``now``.
+
+    :raises IncompatibleLockField: its lock field holds data docmultilock does not own.
+    """
+    checked = core.read_checked(found, key, "inspect")
+    state = found.get("state") or {}
+    return LockSnapshot(
+        document_id=checked.document_id,
+        fence=int(state.get("fence") or 0),
+        server_time=as_utc(now),
+        holders=holders_at(state.get("holders"), now),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ListPlan:
+    """One read-only aggregation of every document whose lock field holds an entry.
+
+    In ``_id`` order, each with the server's time, for ``docmultilock inspect --all``: the
+    driver reads it through a cursor, a batch at a time, so a large collection is paged
+    rather than loaded whole. Nothing is written.
+    """
+
+    core: LockCore
+    pipeline: list[dict[str, Any]]
+
+    @classmethod
+    def make(cls, core: LockCore, *, limit: int | None = None) -> ListPlan:
+        """Plan listing the locked documents of ``core``'s collection, ``limit`` at most."""
+        field = core.field
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {f"{field}.holders.0": {"$exists": True}}},
+            {"$sort": {"_id": 1}},
+            *([{"$limit": limit}] if limit is not None else []),
+            {"$project": {**core.projection(state=f"${field}"), "now": SERVER_NOW}},
+        ]
+        return cls(core, pipeline)
+
+    def read(self, reply: Mapping[str, Any]) -> LockSnapshot:
+        """One listed document's snapshot.
+
+        :raises IncompatibleLockField: its lock field holds data docmultilock does not own.
+        """
+        return _snapshot(self.core, reply, reply["now"], {"_id": document_id(reply)})
 
 
 @dataclass(frozen=True, slots=True)

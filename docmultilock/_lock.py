@@ -19,6 +19,8 @@ from bson.errors import BSONError
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
+from docmultilock._flavour import NotAHold
+
 __all__ = [
     "CANONICAL_JSON",
     "MAX_DEPTH",
@@ -100,7 +102,7 @@ def document_id_problem(value: Any) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Lock:
+class Lock(NotAHold):
     """A lock held (or awaited) on one document; immutable, compared by value.
 
     :ivar id: 128 random bits as 32 hex digits; the only proof of ownership.

@@ -94,6 +94,7 @@ class LockOperations:
             home=home,
             verdicts=verdicts,
             max_holders=options.max_holders,
+            namespace=where[1],
         )
         self.ledger = Ledger()
         self._where = where

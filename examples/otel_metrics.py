@@ -1,7 +1,9 @@
 """OpenTelemetry metrics for docmultilock: a LockListener that counts and times every lock.
 
-Install the API with ``pip install 'docmultilock[otel]'``; your application configures the
-SDK and its exporter as usual. The listener records:
+The listener needs only the OpenTelemetry API, which the ``otel`` extra installs (from a
+clone of the repository, ``pip install -e '.[otel]'``; from a built wheel,
+``pip install "$(echo dist/docmultilock-*.whl)[otel]"``); your application configures the
+SDK and its exporter as usual. It records:
 
 * ``docmultilock.grants``, ``docmultilock.refusals``, ``docmultilock.losses`` (counters,
   with the lock's tag and, for refusals and losses, the error's code);
@@ -9,9 +11,13 @@ SDK and its exporter as usual. The listener records:
   commands took, whatever the outcome;
 * ``docmultilock.hold.duration`` (histogram, seconds): from grant to release or loss.
 
-Run it as a script to see the figures for a few locks (it uses the SDK's in-memory reader;
-``pip install opentelemetry-sdk``). It uses the MongoDB named by DOCMULTILOCK_MONGODB_URI,
-or starts an embedded test server when that variable is unset.
+Run it as a script to see the figures for a few locks: it reads them through the SDK's
+in-memory reader, so it needs the ``otel-sdk`` extra (the API and the SDK). It uses the
+MongoDB named by DOCMULTILOCK_MONGODB_URI, or starts an embedded test server (the
+``embedded`` extra) when that variable is unset::
+
+    pip install -e '.[otel-sdk,embedded]'
+    python examples/otel_metrics.py
 """
 
 from __future__ import annotations

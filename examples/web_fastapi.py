@@ -15,15 +15,19 @@ Lock errors are answered by ``docmultilock.http``'s problem handler, as
 (``ResourceNotFound``). An id that is not an int64 never reaches MongoDB: FastAPI answers
 422.
 
-Install and run it with a server of your own::
+Install it from a clone of the repository and serve it with a server of your own::
 
-    pip install 'docmultilock[fastapi]' uvicorn
+    pip install -e '.[fastapi]' uvicorn
     cd examples && DOCMULTILOCK_MONGODB_URI=mongodb://localhost:27017 uvicorn web_fastapi:app
 
-or run it as a script, ``python examples/web_fastapi.py`` (with ``docmultilock[fastapi]``,
-and ``docmultilock[embedded]`` unless DOCMULTILOCK_MONGODB_URI is set): ``main()`` drives
-the app with FastAPI's test client, against DOCMULTILOCK_MONGODB_URI or an embedded server
-when that is unset.
+or run it as a script: ``main()`` drives the app with FastAPI's test client (the
+``fastapi`` extra brings what it needs), against DOCMULTILOCK_MONGODB_URI or an embedded
+server when that is unset::
+
+    pip install -e '.[fastapi,embedded]'
+    python examples/web_fastapi.py
+
+From a built wheel, ``pip install "$(echo dist/docmultilock-*.whl)[fastapi,embedded]"``.
 """
 
 from __future__ import annotations
@@ -33,18 +37,16 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Request
-from fastapi.testclient import TestClient
-from pymongo import AsyncMongoClient, MongoClient
+from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 
-from docmultilock import AsyncMultiLock, MultiLock, ResourceNotFound
+from docmultilock import AsyncMultiLock, ResourceNotFound
 from docmultilock.http import install_problem_handler
-from docmultilock.testing import URI_VARIABLE, mongodb_uri
+from docmultilock.testing import URI_VARIABLE
 
 Doc = dict[str, Any]
 MAX_ID = 2**63 - 1
@@ -144,6 +146,16 @@ app = create_app(os.environ.get(URI_VARIABLE, "mongodb://localhost:27017"))
 
 
 def main() -> None:
+    # Only the script needs these (the test client, with its HTTP client; a sync client and
+    # lock standing for another process; a server): `uvicorn web_fastapi:app` needs none.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+    from pymongo import MongoClient
+
+    from docmultilock import MultiLock
+    from docmultilock.testing import mongodb_uri
+
     with mongodb_uri() as uri:
         client: MongoClient[Doc] = MongoClient(uri)
         name = f"orders_{uuid.uuid4().hex[:8]}"

@@ -303,7 +303,7 @@ def test_a_uri_naming_an_unreadable_tls_file_exits_3() -> None:
 def test_a_missing_document_exits_6(uri: str, collection: Collection[Doc]) -> None:
     done = cli("inspect", *where(uri, collection), "--filter", '{"_id": "nope"}')
     assert done.returncode == EXIT["not_found"] == 6
-    assert "no document matches" in done.stderr
+    assert f"no document in {collection.full_name} matches" in done.stderr
 
 
 def test_break_needs_a_mode(uri: str, collection: Collection[Doc]) -> None:

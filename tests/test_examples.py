@@ -24,10 +24,10 @@ from docmultilock.testing import URI_VARIABLE
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_example(name: str, uri: str) -> str:
-    """Run ``examples/<name>`` with the test server's URI; return its output."""
+def run_example(name: str, uri: str, *, python: str | Path = sys.executable) -> str:
+    """Run ``examples/<name>`` with ``python`` and the test server's URI; return its output."""
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
+        [str(python), str(EXAMPLES / name)],
         env={**os.environ, URI_VARIABLE: uri},
         capture_output=True,
         text=True,
@@ -47,7 +47,7 @@ def test_quickstart_shows_the_write_lock_then_the_readers_and_writer(uri: str) -
     )
     assert "guarded write after release: matched 0" in lines
     assert "writer registered as pending, waits for ('read',)" in lines
-    assert "new reader refused while the writer waits for ('write',)" in lines
+    assert "new reader refused by the pending writer: blocking_tags=('write',)" in lines
     assert any(line.startswith("writer granted") and "pending=False" in line for line in lines)
     assert lines[-1] == "order now: {'_id': 1, 'status': 'paid', 'total': 10}"
 
@@ -150,6 +150,26 @@ def test_fastapi_example_answers_conflicts_with_problem_json(uri: str) -> None:
         "GET /orders/%7B%22$ne%22:null%7D -> 422 application/json",
         f"GET /orders/{2**64} -> 422 application/json",
     ]
+
+
+def test_fastapi_example_app_imports_without_the_test_clients_http_client() -> None:
+    # What `uvicorn web_fastapi:app` does, with httpx and httpx2 not importable.
+    script = (
+        "import sys\n"
+        "sys.modules['httpx'] = sys.modules['httpx2'] = None\n"
+        "import web_fastapi\n"
+        "print(type(web_fastapi.app).__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert (done.returncode, done.stdout) == (0, "FastAPI\n"), done.stderr
 
 
 @pytest.fixture

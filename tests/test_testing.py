@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,4 +41,17 @@ def test_a_server_that_cannot_start_reports_why(tmp_path: Path) -> None:
     server = EmbeddedServer(storage_path=not_a_directory / "data", startup_timeout=30)
     with pytest.raises(EmbeddedServerError, match="Not a directory"):
         server.start()
+    assert server.pid is None
+
+
+def test_a_missing_embedded_server_says_how_to_install_it_from_a_clone_or_a_wheel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "secantus", None)  # as if not installed
+    server = EmbeddedServer()
+
+    with pytest.raises(EmbeddedServerError, match="not installed") as raised:
+        server.start()
+    assert "pip install -e '.[embedded]'" in str(raised.value)
+    assert 'pip install "$(echo dist/docmultilock-*.whl)[embedded]"' in str(raised.value)
     assert server.pid is None

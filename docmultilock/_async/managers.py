@@ -249,7 +249,8 @@ class _AsyncDocumentLocks(AsyncLockManager):
         The lifetime is the one the lock was taken with, unless ``lock_timeout`` gives
         another (which later extensions then keep).
 
-        :raises LockNotFound: the lock expired or was displaced
+        :raises LockNotFound: the lock is no longer held: released already (a second
+            release raises this), expired, or broken
             (:class:`~docmultilock.LockWasReacquired` for a write lock); an expired lock
             cannot be revived.
         """

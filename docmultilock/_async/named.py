@@ -133,7 +133,8 @@ class AsyncNamedLocks(AsyncLockManager):
     ) -> Lock:
         """Push ``lock``'s expiry to the server's now plus its lifetime; return the new Lock.
 
-        :raises LockNotFound: the lock expired or was displaced
+        :raises LockNotFound: the lock is no longer held: released already (a second
+            release raises this), expired, or broken
             (:class:`~docmultilock.LockWasReacquired` with the default table).
         """
         return await self._run(self._ops.extend(name, lock, lock_timeout, timeout, w, self._clock))
