@@ -257,7 +257,7 @@ def _keeps_out(seen: _Seen, interest: Interest) -> bool:
 
     In a fair line the pending entries are the line itself: those ahead of ours are in
     the way as granted ones are (when of a tag ours refuses or waits for), those behind
-    never are, as the server decides (``_pipeline._tags_in_the_way``).
+    never are, as the server decides (``_acquiring``).
     """
     entries = seen or ()
     granted_tags, pending_tags = interest.blockers

@@ -27,168 +27,42 @@ code  meaning
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from bson import json_util
-from bson.errors import BSONError
-from pymongo import MongoClient
-from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, PyMongoError
+from pymongo.errors import PyMongoError
 
 from docmultilock import _doctor
 from docmultilock._args import document_target
-from docmultilock._cli_args import hosts, seconds
-from docmultilock._core import SIMPLE_COLLATION, LockCore
+from docmultilock._cli_args import seconds
+from docmultilock._cli_session import (
+    EXIT,
+    NAMED_COLLECTION,
+    CliError,
+    connect,
+    render_holders,
+    render_snapshot,
+    run,
+    target,
+    unanswered,
+)
+from docmultilock._command import SIMPLE_COLLATION
+from docmultilock._core import LockCore
 from docmultilock._inspection import ListPlan
 from docmultilock._lock import LOCK_ID_PATTERN
 from docmultilock._rules import READ_WRITE, build_rules
-from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-from docmultilock._sync.managers import LockManager, MultiLock
+from docmultilock._snapshot import HolderSnapshot
+from docmultilock._sync.managers import LockManager
 from docmultilock._sync.named import NamedLocks
 from docmultilock.errors import (
-    DbTimeout,
     IncompatibleLockField,
-    InvalidArgument,
-    LockError,
-    ResourceNotFound,
 )
 from docmultilock.testing import URI_VARIABLE
 
-__all__ = ["EXIT", "add_commands"]
-
-#: Exit statuses, by what went wrong (the table in the module docstring).
-EXIT = {
-    "ok": 0,
-    "failed": 1,
-    "usage": 2,
-    "bad_uri": 3,
-    "unreachable": 4,
-    "bad_json": 5,
-    "not_found": 6,
-    "not_confirmed": 7,
-}
-
-#: The named-lock collection of :class:`~docmultilock.NamedLocks` by default.
-NAMED_COLLECTION = "docmultilock.locks"
-
-
-class CliError(Exception):
-    """A failure reported as one line on stderr with the exit status ``status``."""
-
-    def __init__(self, message: str, status: str) -> None:
-        super().__init__(message)
-        self.status = EXIT[status]
-
-
-# -- connecting ----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
-    """A client on ``--uri`` that answered a ping within ``--timeout``; closed after."""
-    uri = args.uri or os.environ.get(URI_VARIABLE)
-    if not uri:
-        raise CliError(f"give --uri (or set ${URI_VARIABLE})", "usage")
-    ms = int(args.timeout * 1000)
-    try:
-        client: MongoClient[dict[str, Any]] = MongoClient(
-            uri,
-            serverSelectionTimeoutMS=ms,
-            connectTimeoutMS=ms,
-            timeoutMS=ms,
-            appname="docmultilock-cli",
-        )
-    # InvalidURI among them; an OSError for a TLS file (tlsCAFile=...) that cannot be read.
-    except (ConfigurationError, ValueError, TypeError, OSError) as exc:
-        raise CliError(f"bad --uri: {exc}", "bad_uri") from exc
-    try:
-        try:
-            client.admin.command("ping")
-        except PyMongoError as exc:
-            why = str(exc).split(", Timeout:")[0]  # not the whole topology description
-            raise CliError(
-                f"cannot reach {hosts(uri)} within {args.timeout:g} s: {why}", "unreachable"
-            ) from exc
-        yield client
-    finally:
-        client.close()
-
-
-def _parse_filter(text: str) -> dict[str, Any]:
-    try:
-        parsed = json_util.loads(text)
-    # ArithmeticError: a $numberDecimal or $date out of range; RecursionError: deep nesting.
-    except (ValueError, TypeError, BSONError, ArithmeticError, RecursionError) as exc:
-        raise CliError(f"--filter is not valid JSON: {exc}", "bad_json") from exc
-    if not isinstance(parsed, dict):
-        raise CliError(f"--filter must be a JSON object, not {type(parsed).__name__}", "bad_json")
-    return parsed
-
-
-def _target(
-    client: MongoClient[dict[str, Any]], args: argparse.Namespace
-) -> tuple[LockManager, Any]:
-    """``(manager, key)`` for ``--name`` or ``--filter``; any tag table reads any entry."""
-    database = client[args.db]
-    if args.name is not None:
-        locks: LockManager = NamedLocks(
-            database, args.collection or NAMED_COLLECTION, timeout=args.timeout
-        )
-        return locks, args.name
-    if not args.collection:
-        raise CliError("--filter needs --collection", "usage")
-    key = _parse_filter(args.filter)
-    return MultiLock(database[args.collection], field=args.field, timeout=args.timeout), key
-
-
-# -- rendering -----------------------------------------------------------------------------
-
-
-def _state(holder: HolderSnapshot) -> str:
-    if holder.malformed:
-        return "MALFORMED"
-    if holder.expired:
-        return "EXPIRED"
-    return "pending" if holder.pending else "held"
-
-
-def render_holders(holders: Sequence[HolderSnapshot]) -> list[str]:
-    """A fixed-width table of ``holders``; expired entries are marked."""
-    if not holders:
-        return ["(no holders)"]
-    rows = [("ID", "TAG", "STATE", "FENCE", "ACQUIRED (UTC)", "EXPIRES IN")]
-    rows += [
-        (
-            holder.id,
-            holder.tag,
-            _state(holder),
-            str(holder.fence),
-            holder.acquired_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-            f"{holder.seconds_left:.1f} s",
-        )
-        for holder in holders
-    ]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-
-
-def render_snapshot(snapshot: LockSnapshot, where: str) -> str:
-    """The ``inspect`` table: a heading line, then one row per entry."""
-    state = "" if snapshot.exists else " (no lock document: nobody holds it)"
-    heading = (
-        f"{where} {snapshot.document_id!r}{state}: fence {snapshot.fence}, "
-        f"server time {snapshot.server_time.isoformat()}"
-    )
-    return "\n".join([heading, *render_holders(snapshot.holders)]) + "\n"
-
+__all__ = ["EXIT", "add_commands", "run"]
 
 # -- the commands ----------------------------------------------------------------------------
 
@@ -210,7 +84,7 @@ def _inspect_all(args: argparse.Namespace) -> int:
         raise CliError("--all needs --collection", "usage")
     if args.watch:
         raise CliError("--watch follows one --filter or --name, not --all", "usage")
-    with _connect(args) as client:
+    with connect(args) as client:
         collection = client[args.db][args.collection]
         core = LockCore(args.field, build_rules(READ_WRITE, {}, 1), namespace=collection.full_name)
         plan = ListPlan.make(core)
@@ -231,7 +105,7 @@ def _inspect_all(args: argparse.Namespace) -> int:
                     sys.stdout.write(render_snapshot(snapshot, f"{collection.full_name} document"))
                 sys.stdout.flush()
         except PyMongoError as exc:
-            status = "unreachable" if _unanswered(exc) else "failed"
+            status = "unreachable" if unanswered(exc) else "failed"
             raise CliError(f"cannot list the locked documents: {exc}", status) from exc
         if not args.json:
             print(f"{count} locked document{'' if count == 1 else 's'} in {collection.full_name}")
@@ -241,8 +115,8 @@ def _inspect_all(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     if args.all:
         return _inspect_all(args)
-    with _connect(args) as client:
-        locks, key = _target(client, args)
+    with connect(args) as client:
+        locks, key = target(client, args)
         if args.name is None:
             count = _matching(locks, key, COUNT_MOST)
             if count > 1:
@@ -290,7 +164,7 @@ def _matching(locks: LockManager, key: Any, most: int) -> int:
         found = locks.collection.find(key, {"_id": 1}, collation=SIMPLE_COLLATION).limit(most)
         return len(list(found))
     except PyMongoError as exc:
-        status = "unreachable" if _unanswered(exc) else "failed"
+        status = "unreachable" if unanswered(exc) else "failed"
         raise CliError(f"cannot count the documents --filter matches: {exc}", status) from exc
 
 
@@ -309,8 +183,8 @@ def _ids(holders: Sequence[HolderSnapshot]) -> set[str]:
 def _break(args: argparse.Namespace) -> int:
     if args.lock_id is not None and not LOCK_ID_PATTERN.match(args.lock_id):
         raise CliError(f"--lock-id must be 32 lowercase hex digits, not {args.lock_id!r}", "usage")
-    with _connect(args) as client:
-        locks, key = _target(client, args)
+    with connect(args) as client:
+        locks, key = target(client, args)
         snapshot, planned = locks.preview_break(
             key, lock_id=args.lock_id, all_expired=args.all_expired, everyone=args.everyone
         )
@@ -363,7 +237,7 @@ def _differences(planned: Sequence[HolderSnapshot], removed: Sequence[HolderSnap
 
 
 def _ensure_indexes(args: argparse.Namespace) -> int:
-    with _connect(args) as client:
+    with connect(args) as client:
         name = args.collection or NAMED_COLLECTION
         NamedLocks(client[args.db], name, timeout=args.timeout).ensure_indexes()
         print(f"ok: TTL index on {args.db}.{name} lock.expires")
@@ -371,7 +245,7 @@ def _ensure_indexes(args: argparse.Namespace) -> int:
 
 
 def _doctor_command(args: argparse.Namespace) -> int:
-    with _connect(args) as client:
+    with connect(args) as client:
         checks = _doctor.run_checks(
             client, args.db, args.collection or _doctor.SCRATCH, args.timeout
         )
@@ -380,35 +254,6 @@ def _doctor_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_doctor.render(checks))
     return EXIT["ok"] if _doctor.passed(checks) else EXIT["failed"]
-
-
-def _unanswered(exc: BaseException | None) -> bool:
-    """True for a command that ran out of ``--timeout`` or found no server.
-
-    Exit status 4, "did not answer within --timeout", as for a server that cannot be reached.
-    """
-    if isinstance(exc, (DbTimeout, ConnectionFailure)):
-        return True
-    return isinstance(exc, PyMongoError) and exc.timeout
-
-
-def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run an operator command, turning every expected failure into its exit status."""
-    try:
-        return handler(args)
-    except CliError as err:
-        message, status = str(err), err.status
-    except ResourceNotFound as err:
-        message, status = str(err), EXIT["not_found"]
-    except InvalidArgument as err:
-        message, status = str(err), EXIT["usage"]
-    except InvalidName as err:  # --db or --collection, refused by pymongo
-        message, status = f"bad database or collection name: {err}", EXIT["usage"]
-    except LockError as err:
-        unreachable = _unanswered(err) or _unanswered(err.__cause__)
-        message, status = str(err), EXIT["unreachable" if unreachable else "failed"]
-    print(f"docmultilock {args.command}: {message}", file=sys.stderr)
-    return status
 
 
 # -- registering -----------------------------------------------------------------------------

@@ -12,33 +12,21 @@ progress and prints a summary; :func:`run_demo` returns 1 on any violation or wo
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import queue
 import random
 import secrets
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import pymongo
 from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
-if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-from docmultilock._demo_worker import (
-    DATABASE,
-    STARTUP_LIMIT,
-    Job,
-    Message,
-    Ready,
-    Tally,
-    connect,
-    worker_main,
-)
+from docmultilock._demo_worker import DATABASE, Job, Message, Tally, connect, worker_main
+from docmultilock._workers import STARTUP_LIMIT, Pool, Ready
 
 __all__ = ["DemoSettings", "Tally", "run_demo"]
 
@@ -95,22 +83,10 @@ class _Progress:
 class _Race:
     """The parent's side: start the workers, follow their reports, stop them all."""
 
-    def __init__(self, jobs: list[Job], progress: _Progress) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._outbox: Queue[Message] = ctx.Queue()
-        self._go = ctx.Event()
-        self._stop = ctx.Event()
-        self._processes = [
-            ctx.Process(
-                target=worker_main,
-                args=(job, self._outbox, self._go, self._stop),
-                name=f"docmultilock-demo-{job.index}",
-                daemon=True,
-            )
-            for job in jobs
-        ]
+    def __init__(self, job: Job, workers: int, progress: _Progress) -> None:
+        self._pool = Pool("demo", workers, worker_main, job)
         self._progress = progress
-        self._reports = {job.index: Tally() for job in jobs}
+        self._reports = {index: Tally() for index in range(workers)}
         self._ready: set[int] = set()
         self._final: set[int] = set()
         self._vanishing: set[int] = set()
@@ -131,25 +107,24 @@ class _Race:
 
     def run(self, seconds: float) -> float:
         """Race for ``seconds`` once every worker is ready; return the seconds it took."""
-        everyone = len(self._processes)
+        everyone = len(self._reports)
         try:
-            for process in self._processes:
-                process.start()
+            self._pool.start()
             self._pump(lambda: len(self._ready | self._final) == everyone, STARTUP_LIMIT)
-            self._go.set()
+            self._pool.go.set()
             self.started = time.monotonic()
             self._pump(lambda: len(self._final) == everyone, seconds + OVERRUN_LIMIT)
         except KeyboardInterrupt:
             self.interrupted = True
-            self._stop.set()
-            self._go.set()
+            self._pool.stop.set()
+            self._pool.go.set()
             self._pump(lambda: len(self._final) == everyone, 5.0)
         finally:
             elapsed = self.elapsed()
             if self.started is not None:
                 self._progress.show(elapsed, self.total(), force=True)
                 self._progress.end()
-            self._shutdown()
+            self._pool.close()
         return elapsed
 
     def _pump(self, done: Callable[[], bool], limit: float) -> None:
@@ -157,13 +132,12 @@ class _Race:
         give_up = time.monotonic() + limit
         while not done():
             if time.monotonic() > give_up:
-                for index in range(len(self._processes)):
+                for index in self._reports:
                     if index not in self._final:
                         self._fail(index, f"did not report within {limit:.0f} s")
                 return
-            try:
-                message = self._outbox.get(timeout=0.1)
-            except queue.Empty:
+            message = self._pool.receive(0.1)
+            if message is None:
                 self._check_exits()
             else:
                 self._take(message)
@@ -182,7 +156,7 @@ class _Race:
     def _check_exits(self) -> None:
         # A worker's last report is in the pipe before it exits, so a worker already seen
         # dead before an empty wait has nothing more to say.
-        for index, process in enumerate(self._processes):
+        for index, process in enumerate(self._pool.processes):
             if index in self._final or process.exitcode is None:
                 continue
             if index in self._vanishing:
@@ -194,20 +168,6 @@ class _Race:
         self._own.errors += 1
         self.problems.append(f"worker {index}: {text}")
         self._final.add(index)
-
-    def _shutdown(self) -> None:
-        self._stop.set()
-        self._go.set()
-        for process in self._processes:
-            if process.ident is None:
-                continue  # never started
-            process.join(timeout=5.0)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
-            process.close()
-        self._outbox.close()
-        self._outbox.join_thread()
 
 
 def _server_version(client: MongoClient[Doc]) -> str:
@@ -258,11 +218,8 @@ def run_demo(
             file=out,
             flush=True,
         )
-        jobs = [
-            Job(i, settings.uri, name, settings.documents, settings.seconds, f"{seed}:{i}")
-            for i in range(settings.workers)
-        ]
-        race = _Race(jobs, _Progress(err))
+        job = Job(settings.uri, name, settings.documents, settings.seconds, seed)
+        race = _Race(job, settings.workers, _Progress(err))
         elapsed = race.run(settings.seconds)
     out.write(_summary(race, elapsed, server))
     out.flush()

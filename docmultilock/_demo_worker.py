@@ -4,42 +4,27 @@ A worker has its own client and a :class:`~docmultilock.MultiLock` with the read
 table. A writer changes its document in two separate guarded writes (``a``, then ``b``), so
 anyone who could look between them would see ``a != b``; both sides count themselves in and
 out of the document (``readers_inside``, ``writers_inside``), so every overlap the locks must
-prevent is seen by whoever comes second. Workers report a :class:`Tally` to the parent
-(``_demo``) through a queue.
+prevent is seen by whoever comes second. Workers run in a :class:`~docmultilock._workers.Pool`
+and report a :class:`Tally` to the parent (``_demo``).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 from pymongo import MongoClient, ReturnDocument
 from pymongo.collection import Collection
 
 from docmultilock import MultiLock
 from docmultilock._lock import Lock
-from docmultilock._parent import exit_with_parent
+from docmultilock._workers import STARTUP_LIMIT, Link, Ready, unless_given
 from docmultilock.errors import AssertiveLock, CooperativeLock, LockNotFound
 
-if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
-
-__all__ = [
-    "DATABASE",
-    "STARTUP_LIMIT",
-    "Job",
-    "Message",
-    "Ready",
-    "Report",
-    "Tally",
-    "connect",
-    "worker_main",
-]
+__all__ = ["DATABASE", "Job", "Message", "Report", "Tally", "connect", "worker_main"]
 
 DATABASE = "docmultilock_demo"
 #: Long enough that no lock expires under a holder here: a lost lock means a stall.
@@ -51,7 +36,6 @@ WAIT_TRIES = 100  # a pending writer asks again this often before giving up ...
 WAIT_PAUSE = 0.01  # ... this many seconds apart: far within the 2 s a reader may hold
 REPORT_EVERY = 0.25
 CLIENT_TIMEOUT_MS = 10_000
-STARTUP_LIMIT = 60.0
 KEPT_PROBLEMS = 10  # details sent per worker; the counts cover the rest ...
 PROBLEM_WIDTH = 150  # pymongo's errors run to a whole topology description
 FIELDS = {"a": 1, "b": 1, "readers_inside": 1, "writers_inside": 1}
@@ -97,17 +81,13 @@ class Tally:
 
 @dataclass(frozen=True)
 class Job:
-    index: int
+    """What every worker does: where, for how long; each draws from ``seed:index``."""
+
     uri: str
     collection: str
     documents: int
     seconds: float
-    seed: str
-
-
-@dataclass(frozen=True)
-class Ready:
-    worker: int
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -130,35 +110,27 @@ class _Worker:
     collection: Collection[Doc]
     locks: MultiLock
 
-    def __init__(self, job: Job, outbox: Queue[Message]) -> None:
+    def __init__(self, job: Job, link: Link) -> None:
         self.job = job
+        self.link = link
         self.tally = Tally()
-        self.rng = random.Random(job.seed)
-        self._outbox = outbox
+        self.rng = random.Random(f"{job.seed}:{link.index}")
         self._new: list[str] = []
         self._kept = 0
         self._sent_at = time.monotonic()
 
-    def main(self, go: Event, stop: Event) -> None:
-        """Connect, say ready, race from the start signal until the time is up; always report."""
-        try:
-            with connect(self.job.uri) as client:
-                self.collection = client[DATABASE][self.job.collection]
-                self.locks = MultiLock(self.collection, lock_timeouts=LOCK_TIMEOUTS)
-                client.admin.command("ping")  # connect before the clock starts
-                self._outbox.put(Ready(self.job.index))
-                if go.wait(STARTUP_LIMIT) and not stop.is_set():
-                    self.run(stop)
-        except KeyboardInterrupt:
-            pass  # Ctrl-C reached the parent too; it reports the interruption
-        except Exception as exc:  # anything else is a worker error, reported
-            self.problem("errors", f"{type(exc).__name__}: {exc}")
-        finally:
-            self.send(final=True)
+    def main(self) -> None:
+        """Connect, say ready, race from the start signal until the time is up."""
+        with connect(self.job.uri) as client:
+            self.collection = client[DATABASE][self.job.collection]
+            self.locks = MultiLock(self.collection, lock_timeouts=LOCK_TIMEOUTS)
+            self.link.ready(client)
+            if self.link.go.wait(STARTUP_LIMIT) and not self.link.stop.is_set():
+                self.run()
 
-    def run(self, stop: Event) -> None:
+    def run(self) -> None:
         deadline = time.monotonic() + self.job.seconds
-        while time.monotonic() < deadline and not stop.is_set():
+        while time.monotonic() < deadline and not self.link.stop.is_set():
             where = {"_id": self.rng.randrange(self.job.documents)}
             if self.rng.random() < READ_SHARE:
                 self.read(where)
@@ -173,39 +145,45 @@ class _Worker:
             self.tally.read_conflicts += 1
             return
         self.tally.read += 1
-        try:
-            self._read_under(where, lock)
-        finally:
-            self._release(where, lock)
-
-    def _read_under(self, where: Doc, lock: Lock) -> None:
-        guard = self.locks.guard(where, lock)
-        seen = self._count_in(guard, "readers_inside")
-        if seen is None:
-            self.lost(lock, "before reading")
-            return
-        try:
-            if seen["a"] != seen["b"] or seen["writers_inside"] != 0:
-                self.violation(where, seen, "a reader found")
-                return
-            time.sleep(self.rng.uniform(0, READ_HOLD))
-            again = self.collection.find_one(guard, FIELDS)
-            if again is None:
-                self.lost(lock, "while reading")
-            elif (again["a"], again["b"], again["writers_inside"]) != (seen["a"], seen["b"], 0):
-                self.violation(where, again, "changed under a read lock:")
-        finally:
-            self._count_out(where, "readers_inside")
+        self._inside(where, lock, self._reading)
 
     def write(self, where: Doc) -> None:
         lock = self._acquire_write(where)
-        if lock is None:
-            return
-        self.tally.write += 1
+        if lock is not None:
+            self.tally.write += 1
+            self._inside(where, lock, self._writing)
+
+    def _inside(self, where: Doc, lock: Lock, body: Callable[[Doc, Lock, Doc, Doc], None]) -> None:
+        """Count in under ``lock``, run ``body(where, lock, guard, seen)``, count out, release."""
+        counter, doing = (
+            ("readers_inside", "reading") if lock.tag == "read" else ("writers_inside", "writing")
+        )
         try:
-            self._write_under(where, lock)
+            guard = self.locks.guard(where, lock)
+            seen: Doc | None = self.collection.find_one_and_update(
+                guard, {"$inc": {counter: 1}}, FIELDS, return_document=ReturnDocument.AFTER
+            )
+            if seen is None:
+                self.lost(lock, f"before {doing}")
+                return
+            try:
+                body(where, lock, guard, seen)
+            finally:
+                # Unguarded: the count must come down even when the lock was lost meanwhile.
+                self.collection.update_one(where, {"$inc": {counter: -1}})
         finally:
             self._release(where, lock)
+
+    def _reading(self, where: Doc, lock: Lock, guard: Doc, seen: Doc) -> None:
+        if seen["a"] != seen["b"] or seen["writers_inside"] != 0:
+            self.violation(where, seen, "a reader found")
+            return
+        time.sleep(self.rng.uniform(0, READ_HOLD))
+        again = self.collection.find_one(guard, FIELDS)
+        if again is None:
+            self.lost(lock, "while reading")
+        elif (again["a"], again["b"], again["writers_inside"]) != (seen["a"], seen["b"], 0):
+            self.violation(where, again, "changed under a read lock:")
 
     def _acquire_write(self, where: Doc) -> Lock | None:
         """Take the write lock, waiting a bounded while for readers to drain; None if refused."""
@@ -233,37 +211,19 @@ class _Worker:
         self._release(where, pending)  # so the pending entry stops refusing readers now
         return None
 
-    def _write_under(self, where: Doc, lock: Lock) -> None:
-        guard = self.locks.guard(where, lock)
-        seen = self._count_in(guard, "writers_inside")
-        if seen is None:
-            self.lost(lock, "before writing")
+    def _writing(self, where: Doc, lock: Lock, guard: Doc, seen: Doc) -> None:
+        if seen["writers_inside"] != 1 or seen["readers_inside"] != 0:
+            self.violation(where, seen, "a writer found")
+        elif seen["a"] >= lock.fence:
+            # Fences grow with every grant, so an earlier writer's value is smaller.
+            self.violation(where, seen, f"fence {lock.fence} did not grow past")
+        # Two separate writes: a reader let in between them would see a != b.
+        if not self.collection.update_one(guard, {"$set": {"a": lock.fence}}).matched_count:
+            self.lost(lock, "before writing a")
             return
-        try:
-            if seen["writers_inside"] != 1 or seen["readers_inside"] != 0:
-                self.violation(where, seen, "a writer found")
-            elif seen["a"] >= lock.fence:
-                # Fences grow with every grant, so an earlier writer's value is smaller.
-                self.violation(where, seen, f"fence {lock.fence} did not grow past")
-            # Two separate writes: a reader let in between them would see a != b.
-            if not self.collection.update_one(guard, {"$set": {"a": lock.fence}}).matched_count:
-                self.lost(lock, "before writing a")
-                return
-            time.sleep(self.rng.uniform(0, WRITE_PAUSE))
-            if not self.collection.update_one(guard, {"$set": {"b": lock.fence}}).matched_count:
-                self.lost(lock, "before writing b")
-        finally:
-            self._count_out(where, "writers_inside")
-
-    def _count_in(self, guard: Doc, counter: str) -> Doc | None:
-        found: Doc | None = self.collection.find_one_and_update(
-            guard, {"$inc": {counter: 1}}, FIELDS, return_document=ReturnDocument.AFTER
-        )
-        return found
-
-    def _count_out(self, where: Doc, counter: str) -> None:
-        # Unguarded: the count must come down even when the lock was lost meanwhile.
-        self.collection.update_one(where, {"$inc": {counter: -1}})
+        time.sleep(self.rng.uniform(0, WRITE_PAUSE))
+        if not self.collection.update_one(guard, {"$set": {"b": lock.fence}}).matched_count:
+            self.lost(lock, "before writing b")
 
     def _release(self, where: Doc, lock: Lock) -> None:
         try:
@@ -284,20 +244,26 @@ class _Worker:
         if self._kept < KEPT_PROBLEMS:
             self._kept += 1
             text = text if len(text) <= PROBLEM_WIDTH else text[: PROBLEM_WIDTH - 3] + "..."
-            self._new.append(f"worker {self.job.index}: {text}")
+            self._new.append(f"worker {self.link.index}: {text}")
 
     def send(self, *, final: bool) -> None:
         if not final and time.monotonic() - self._sent_at < REPORT_EVERY:
             return
         # The queue pickles in a background thread: send a copy, not the live tally.
-        self._outbox.put(Report(self.job.index, replace(self.tally), tuple(self._new), final))
+        self.link.put(Report(self.link.index, replace(self.tally), tuple(self._new), final))
         self._new = []
         self._sent_at = time.monotonic()
 
 
-def worker_main(job: Job, outbox: Queue[Message], go: Event, stop: Event) -> None:
-    exit_with_parent()
-    _Worker(job, outbox).main(go, stop)
+def worker_main(link: Link, job: Job) -> None:
+    """Race until the time is up or the parent says stop; always send a final report.
+
+    An error ends the race and is counted among the worker errors of that report.
+    """
+    worker = _Worker(job, link)
+    with link.working(failed=lambda text: worker.problem("errors", text)):
+        worker.main()
+    worker.send(final=True)
 
 
 # -- the parent ----------------------------------------------------------------------------
@@ -305,6 +271,4 @@ def worker_main(job: Job, outbox: Queue[Message], go: Event, stop: Event) -> Non
 
 def connect(uri: str) -> MongoClient[Doc]:
     """Connect with every operation bounded in time, unless the URI sets its own bound."""
-    given = {key.lower() for key in parse_qs(urlsplit(uri).query)}
-    bound: dict[str, Any] = {} if "timeoutms" in given else {"timeoutMS": CLIENT_TIMEOUT_MS}
-    return MongoClient(uri, **bound)
+    return MongoClient(uri, **unless_given(uri, {"timeoutMS": CLIENT_TIMEOUT_MS}))

@@ -17,7 +17,7 @@ from pymongo.errors import (
     WriteConcernError,
 )
 
-from docmultilock._pipeline import LAYOUT, foreign_field
+from docmultilock._layout import LAYOUT, foreign_field
 from docmultilock.errors import (
     DbError,
     DbTimeout,

@@ -30,7 +30,7 @@ from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from docmultilock import _clock
 from docmultilock._changes import ANY_GRANTED, Blockers
-from docmultilock._core import Command
+from docmultilock._command import Command
 from docmultilock._failures import is_transient, translate
 from docmultilock.errors import InvalidArgument
 

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from docmultilock._core import Command, LockCore
+from docmultilock._command import Command
+from docmultilock._core import LockCore
 from docmultilock._expr import SERVER_NOW, literal
-from docmultilock._images import document_id, is_image, lock_state
+from docmultilock._layout import update_stages
 from docmultilock._lock import as_utc
-from docmultilock._pipeline import BREAK_MODES, break_body, update_stages
+from docmultilock._pipeline import BREAK_MODES, break_body
+from docmultilock._reply import document_id, is_image, lock_state
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot, holders_at
 from docmultilock.errors import InvalidArgument
 
@@ -71,7 +73,7 @@ def break_mode(lock_id: object, all_expired: bool, everyone: bool) -> str:
 
 def _picked(core: LockCore, mode: str, lock_id: str | None) -> dict[str, Any]:
     """The entries a break in ``mode`` removes, by the break's own condition (``BREAK_MODES``)."""
-    picked = {"$filter": {"input": core.holders, "as": "h", "cond": BREAK_MODES[mode]}}
+    picked = {"$filter": {"input": core.shape.holders, "as": "h", "cond": BREAK_MODES[mode]}}
     return {"$let": {"vars": {"now": SERVER_NOW, "id": literal(lock_id)}, "in": picked}}
 
 
@@ -103,7 +105,7 @@ class InspectPlan:
         pipeline: list[dict[str, Any]] = [
             {"$match": dict(user_filter)},
             {"$limit": 1},
-            {"$facet": {"doc": [{"$project": core.projection(**extra)}]}},
+            {"$facet": {"doc": [{"$project": core.shape.checked(**extra)}]}},
             # A $$NOW in a find projection is undefined on the test server; in an
             # aggregation it is the server's clock.
             {"$project": {"_id": 0, "now": SERVER_NOW, "doc": {"$first": "$doc"}}},
@@ -125,7 +127,7 @@ class InspectPlan:
         now = reply["now"]
         found = reply.get("doc")
         if found is None:
-            self.core.absent(self.user_filter)
+            self.core.judge.absent(self.user_filter)
             key = self.user_filter.get("_id")
             return LockSnapshot(key, 0, as_utc(now), (), exists=False), ()
         snapshot = _snapshot(self.core, found, now, self.user_filter)
@@ -133,11 +135,11 @@ class InspectPlan:
 
 
 def _snapshot(core: LockCore, found: Mapping[str, Any], now: datetime, key: Filter) -> LockSnapshot:
-    """The snapshot of one document read with ``core.projection(state=...)`` at ``now``.
+    """The snapshot of one document read with ``core.shape.checked(state=...)`` at ``now``.
 
     :raises IncompatibleLockField: its lock field holds data docmultilock does not own.
     """
-    checked = core.read_checked(found, key, "inspect")
+    checked = core.judge.read_checked(found, key, "inspect")
     state = found.get("state") or {}
     return LockSnapshot(
         document_id=checked.document_id,
@@ -167,7 +169,7 @@ class ListPlan:
             {"$match": {f"{field}.holders.0": {"$exists": True}}},
             {"$sort": {"_id": 1}},
             *([{"$limit": limit}] if limit is not None else []),
-            {"$project": {**core.projection(state=f"${field}"), "now": SERVER_NOW}},
+            {"$project": {**core.shape.checked(state=f"${field}"), "now": SERVER_NOW}},
         ]
         return cls(core, pipeline)
 
@@ -202,7 +204,7 @@ class BreakPlan:
         command = Command(
             filter=dict(user_filter),
             update=update_stages(field, body, bindings),
-            projection=core.projection(broken={"$cond": [mine, f"${field}.broken", None]}),
+            projection=core.shape.checked(broken={"$cond": [mine, f"${field}.broken", None]}),
             return_after=True,
         )
         return cls(core, command, user_filter, token)
@@ -214,11 +216,11 @@ class BreakPlan:
         tolerantly (``holders_at``).
         """
         if reply is None:
-            self.core.absent(self.user_filter)
+            self.core.judge.absent(self.user_filter)
             return ()  # nobody holds the name: its document is gone
-        self.core.read_checked(reply, self.user_filter, "break")
+        self.core.judge.read_checked(reply, self.user_filter, "break")
         if is_image(reply):
-            # A retried break, answered with the post-image (``_images``): it wrote, so the
+            # A retried break, answered with the post-image (``_reply``): it wrote, so the
             # field holds this call's record (the token tells it from an earlier one's).
             state = lock_state(reply, self.core.field)
             broken = state.get("broken") if isinstance(state, Mapping) else None

@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import itertools
 import logging
-import os
 import threading
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from docmultilock import _clock
+from docmultilock._concurrency import PerLoop, PerProcess, async_start, start
 from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
 
 __all__ = ["EXTENDER", "SLOTS", "THREAD_NAME", "AsyncExtender", "AsyncJob", "Extender", "Job"]
@@ -79,7 +77,7 @@ class Extender:
     @staticmethod
     def current() -> Extender:
         """The process's extender."""
-        return EXTENDER
+        return _PROCESS.get()
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -99,7 +97,7 @@ class Extender:
         with self._lock:
             self._schedule.add(job, estimate, job.lead)
             if self._coordinator is None:
-                self._coordinator = self._spawn(self._coordinate, THREAD_NAME)
+                self._coordinator = start(self._coordinate, THREAD_NAME)
             self._changed.notify()
 
     def remove(self, job: Job) -> None:
@@ -125,11 +123,6 @@ class Extender:
 
     # -- the threads: each holds ``_lock`` except while it calls a job -----------------
 
-    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        return thread
-
     def _unlocked(self, action: Callable[[], T]) -> T:
         """Run ``action`` without holding the lock: it may take long, or call back in."""
         self._lock.release()
@@ -147,7 +140,7 @@ class Extender:
                         self._handoff.append((decision.job, decision.limit))
                         if self._idle < len(self._handoff) and len(self._workers) < self._slots:
                             name = f"{THREAD_NAME}-{next(self._names)}"
-                            self._workers.add(self._spawn(self._work, name))
+                            self._workers.add(start(self._work, name))
                         self._handed.notify()
                     elif isinstance(decision, Lose):
                         self._telling = decision.job
@@ -200,12 +193,11 @@ def _safely(action: Callable[..., T], *args: object) -> T | None:
         return None
 
 
-#: The process's extender.
-EXTENDER = Extender()
-
 # A forked child has none of the parent's threads and must not extend the parent's locks.
-if hasattr(os, "register_at_fork"):  # pragma: no branch - absent on Windows only
-    os.register_at_fork(after_in_child=EXTENDER._reset)
+_PROCESS = PerProcess(Extender)
+
+#: The process's extender.
+EXTENDER = _PROCESS.get()
 
 
 @dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
@@ -218,12 +210,6 @@ class AsyncJob:
     lose: Callable[[], None]
     #: Renew this many seconds before the estimate.
     lead: float
-
-
-#: The task extender of each event loop that has one (a loop's ends with the loop).
-_LOOP_EXTENDERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncExtender] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 class AsyncExtender:
@@ -245,23 +231,15 @@ class AsyncExtender:
     @staticmethod
     def current() -> AsyncExtender:
         """The running loop's extender (made on first use)."""
-        loop = asyncio.get_running_loop()
-        extender = _LOOP_EXTENDERS.get(loop)
-        if extender is None:
-            extender = _LOOP_EXTENDERS[loop] = AsyncExtender()
-        return extender
+        return _LOOPS.get()
 
     def add(self, job: AsyncJob, estimate: float) -> None:
         """Keep ``job``'s lock alive; it surely lives until ``estimate`` (on the clock)."""
         self._schedule.add(job, estimate, job.lead)
         if self._coordinator is None or self._coordinator.done():
-            # In a context of its own, as its tasks serve every holder on the loop: they must
-            # not inherit the first holder's context (a ``pymongo.timeout()`` deadline above
-            # all, which would fail every renewal once it passed).
-            loop = asyncio.get_running_loop()
-            self._coordinator = contextvars.Context().run(
-                loop.create_task, self._coordinate(), name=THREAD_NAME
-            )
+            # In a context of its own, as its tasks serve every holder on the loop (a
+            # ``pymongo.timeout()`` deadline would fail every renewal once it passed).
+            self._coordinator = async_start(self._coordinate, THREAD_NAME)
         self._changed.set()
 
     async def remove(self, job: AsyncJob) -> None:
@@ -330,3 +308,7 @@ class AsyncExtender:
             estimate = None if task.exception() is not None else task.result()
             self._schedule.finished(job, estimate, self._clock())
         self._changed.set()
+
+
+#: The task extender of each event loop that has one (it ends with its loop).
+_LOOPS: PerLoop[AsyncExtender] = PerLoop(AsyncExtender)

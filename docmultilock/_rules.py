@@ -4,8 +4,9 @@ A acquiring with A *cooperative* with B is refused while any live B entry (held 
 is on the document. A *assertive* with B registers A as pending while live B entries remain,
 and the caller waits for them to drain. Tags with no relationship are concurrent.
 
-The table is validated once here; the server-side update (``_core``) and the reader of its
-answer both take their tag sets from a :class:`TagRules`, so the rules exist in one place.
+The table is validated once here; the server-side decision (``_acquiring``), the reader of
+its answer (``_plans``) and the wake-up decision (``_changes``) take their tag sets from a
+:class:`TagRules`, so the rules exist in one place.
 """
 
 from __future__ import annotations

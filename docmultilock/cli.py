@@ -32,6 +32,7 @@ from pymongo.errors import PyMongoError
 from docmultilock import __version__
 from docmultilock._cli_args import hosts, seconds
 from docmultilock._demo import DemoSettings, run_demo
+from docmultilock._workers import WorkerError
 from docmultilock.testing import URI_VARIABLE, EmbeddedServer, EmbeddedServerError, mongodb_uri
 
 __all__ = ["build_parser", "main"]
@@ -73,6 +74,21 @@ def _count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _count_option(
+    parser: argparse.ArgumentParser, flag: str, what: str, low: int, high: int, *, default: int
+) -> None:
+    """Add ``flag``: a whole number from ``low`` to ``high``, both named in its help."""
+    text = f"{what} ({low}-{high}; default {default})"
+    parser.add_argument(flag, type=_count(low, high), default=default, metavar="N", help=text)
+
+
+def _seconds_option(parser: argparse.ArgumentParser, flag: str, what: str, default: float) -> None:
+    """Add ``flag``: seconds, with a ``default`` named in its help."""
+    parser.add_argument(
+        flag, type=seconds, default=default, metavar="S", help=f"{what} (default {default:g})"
+    )
+
+
 def _add_server_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--uri",
@@ -81,6 +97,19 @@ def _add_server_option(parser: argparse.ArgumentParser) -> None:
             "else a fresh embedded server (needs the 'embedded' extra)"
         ),
     )
+
+
+def _command(
+    commands: argparse._SubParsersAction[_Parser],
+    name: str,
+    handler: Handler,
+    failures: tuple[type[Exception], ...] = (EmbeddedServerError,),
+    **texts: Any,
+) -> _Parser:
+    """Add the subcommand ``name`` run by ``handler``; its ``failures`` print one line, exit 1."""
+    parser = commands.add_parser(name, **texts)
+    parser.set_defaults(handler=handler, failures=failures, command=name)
+    return parser
 
 
 @contextlib.contextmanager
@@ -100,25 +129,23 @@ def _server(uri: str | None) -> Iterator[tuple[str, str]]:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    try:
-        with _server(args.uri) as (uri, where):
-            settings = DemoSettings(
-                uri=uri,
-                server=where,
-                workers=args.workers,
-                documents=args.documents,
-                seconds=args.seconds,
-                seed=args.seed,
-            )
-            return run_demo(settings)
-    except EmbeddedServerError as exc:
-        print(f"docmultilock demo: {exc}", file=sys.stderr)
-        return 1
+    with _server(args.uri) as (uri, where):
+        settings = DemoSettings(
+            uri=uri,
+            server=where,
+            workers=args.workers,
+            documents=args.documents,
+            seconds=args.seconds,
+            seed=args.seed,
+        )
+        return run_demo(settings)
 
 
 def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
-    demo = commands.add_parser(
+    demo = _command(
+        commands,
         "demo",
+        _run_demo,
         help="race worker processes for read and write locks and check mutual exclusion",
         description=(
             "Start worker processes that take read and write locks on a few documents: "
@@ -128,31 +155,12 @@ def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
         ),
     )
     _add_server_option(demo)
-    demo.add_argument(
-        "--workers",
-        type=_count(1, 64),
-        default=4,
-        metavar="N",
-        help="worker processes (1-64; default 4)",
-    )
-    demo.add_argument(
-        "--documents",
-        type=_count(1, 1000),
-        default=3,
-        metavar="N",
-        help="documents they share (1-1000; default 3)",
-    )
-    demo.add_argument(
-        "--seconds",
-        type=seconds,
-        default=8.0,
-        metavar="S",
-        help="how long the workers race (default 8)",
-    )
+    _count_option(demo, "--workers", "worker processes", 1, 64, default=4)
+    _count_option(demo, "--documents", "documents they share", 1, 1000, default=3)
+    _seconds_option(demo, "--seconds", "how long the workers race", 8.0)
     demo.add_argument(
         "--seed", type=int, help="seed for the workers' random choices (default: random)"
     )
-    demo.set_defaults(handler=_run_demo)
 
 
 def _scenarios(text: str) -> frozenset[int]:
@@ -170,6 +178,14 @@ def _scenarios(text: str) -> frozenset[int]:
     return chosen
 
 
+#: Scenario 9's options, one per field of ``_bench.KeepAlive``: (field, type, metavar, help).
+_KEEPALIVE = (
+    ("locks", _count(1, 1_000_000), "N", "locks held with keepalive=True"),
+    ("lifetime", seconds, "S", "the locks' lifetime"),
+    ("seconds", seconds, "S", "how long they are kept alive, setup excluded"),
+)
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     # Imported here, not at the top: the bench is a quarter of the package and only this
     # command needs it.
@@ -181,7 +197,6 @@ def _run_bench(args: argparse.Namespace) -> int:
         render_table,
         run_bench,
     )
-    from docmultilock._bench._contended import WorkerError
 
     scenarios = frozenset(SCENARIOS) if args.scenarios is None else args.scenarios
     command = ["docmultilock bench", f"--duration {args.duration:g}"]
@@ -189,7 +204,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         command.append("--scenarios " + ",".join(map(str, sorted(scenarios))))
     chosen = {
         option: value
-        for option in ("locks", "lifetime", "seconds")
+        for option, *_ in _KEEPALIVE
         if (value := getattr(args, f"keepalive_{option}")) is not None
     }
     keepalive = replace(KeepAlive(), **chosen)
@@ -206,11 +221,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         command=" ".join(command),
         keepalive=keepalive,
     )
-    try:
-        report = run_bench(settings)
-    except (EmbeddedServerError, PyMongoError, WorkerError) as exc:
-        print(f"docmultilock bench: {exc}", file=sys.stderr)
-        return 1
+    report = run_bench(settings)
     sys.stdout.write(render_json(report) if args.json else render_table(report))
     return 0
 
@@ -231,19 +242,18 @@ def _bench_description() -> str:
 
 
 def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
-    bench = commands.add_parser(
+    bench = _command(
+        commands,
         "bench",
+        _run_bench,
+        (EmbeddedServerError, PyMongoError, WorkerError),
         help="measure every lock operation beside the raw pymongo floor",
         describe=_bench_description,
     )
     _add_server_option(bench)
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    bench.add_argument(
-        "--duration",
-        type=seconds,
-        default=10.0,
-        metavar="S",
-        help="seconds per scenario, shared by docmultilock and the floor (default 10)",
+    _seconds_option(
+        bench, "--duration", "seconds per scenario, shared by docmultilock and the floor", 10.0
     )
     bench.add_argument(
         "--scenarios",
@@ -252,54 +262,38 @@ def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
         metavar="N,N",
         help="which scenarios to run, by number (default: all)",
     )
-    bench.add_argument(
-        "--keepalive-locks",
-        type=_count(1, 1_000_000),
-        default=None,
-        metavar="N",
-        help="scenario 9: locks held with keepalive=True (default above)",
-    )
-    bench.add_argument(
-        "--keepalive-lifetime",
-        type=seconds,
-        default=None,
-        metavar="S",
-        help="scenario 9: the locks' lifetime (default above)",
-    )
-    bench.add_argument(
-        "--keepalive-seconds",
-        type=seconds,
-        default=None,
-        metavar="S",
-        help="scenario 9: how long they are kept alive, setup excluded (default above)",
-    )
-    bench.set_defaults(handler=_run_bench)
+    for option, kind, metavar, what in _KEEPALIVE:
+        bench.add_argument(
+            f"--keepalive-{option}",
+            type=kind,
+            default=None,
+            metavar=metavar,
+            help=f"scenario 9: {what} (default above)",
+        )
 
 
 def _run_server(args: argparse.Namespace) -> int:
     """Serve an embedded server until Ctrl-C (or SIGTERM); its URI goes to stdout."""
-    try:
-        with EmbeddedServer(port=args.port, storage_path=args.storage) as server:
-            print(server.uri, flush=True)
-            print(
-                f"embedded test server on {hosts(server.uri)}; try: docmultilock doctor --uri "
-                f"'{server.uri}'; Ctrl-C stops it",
-                file=sys.stderr,
-                flush=True,
-            )
-            try:
-                server.wait()
-            except KeyboardInterrupt:
-                print("stopping", file=sys.stderr)
-            return 0
-    except EmbeddedServerError as exc:
-        print(f"docmultilock server: {exc}", file=sys.stderr)
-        return 1
+    with EmbeddedServer(port=args.port, storage_path=args.storage) as server:
+        print(server.uri, flush=True)
+        print(
+            f"embedded test server on {hosts(server.uri)}; try: docmultilock doctor --uri "
+            f"'{server.uri}'; Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            server.wait()
+        except KeyboardInterrupt:
+            print("stopping", file=sys.stderr)
+        return 0
 
 
 def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
-    server = commands.add_parser(
+    server = _command(
+        commands,
         "server",
+        _run_server,
         help="run an embedded test server to try the library and the CLI on",
         description=(
             "Start the embedded MongoDB-compatible test server (needs the 'embedded' extra), "
@@ -316,7 +310,6 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         metavar="DIR",
         help="a directory to keep the data in across runs (default: in memory)",
     )
-    server.set_defaults(handler=_run_server)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
+    except getattr(args, "failures", ()) as exc:  # the operators' commands map their own
+        print(f"docmultilock {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

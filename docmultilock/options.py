@@ -17,7 +17,7 @@ from typing import Any
 import marshmallow
 from marshmallow import fields, validate
 
-from docmultilock._core import DEFAULT_MAX_HOLDERS
+from docmultilock._command import DEFAULT_MAX_HOLDERS
 from docmultilock._rules import TagRules, build_rules, check_relationships
 from docmultilock.errors import InvalidArgument, InvalidConfiguration, LockError
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from docmultilock._core import EXCLUSIVE, NAMES, LockCore
+from docmultilock._command import EXCLUSIVE, NAMES
+from docmultilock._core import LockCore
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock.errors import LockWasReacquired, ResourceNotFound
@@ -97,7 +98,7 @@ def test_a_pending_entry_reads_as_an_assertive_wait() -> None:
         "expires": datetime(2026, 1, 2),
     }
     reply = {"i": 1, "ours": True, "t": "object", "v": 1, "mine": [entry], "tags": ["read"]}
-    lock = CORE.to_lock(entry, 1)
+    lock = CORE.judge.to_lock(entry, 1)
     assert lock.acquired_at.tzinfo is timezone.utc
     assert lock.pending
     with pytest.raises(Exception, match="pending"):

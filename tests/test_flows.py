@@ -26,8 +26,8 @@ from docmultilock import (
     LockWasReacquired,
     ResourceNotFound,
 )
-from docmultilock import _operations as operations
-from docmultilock._core import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
+from docmultilock import _lock_flows as operations
+from docmultilock._command import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
 from docmultilock._flows import (
     CLEANUP_LIMIT,
     Clock,

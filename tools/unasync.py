@@ -6,7 +6,9 @@ env) fails when a generated file differs from what the script makes, so a hand e
 generated side fails CI. Models: httpcore's ``scripts/unasync.py``, PyMongo's
 ``tools/synchro.py``.
 
-Each line goes through the table below, in order; the result is formatted by ruff.
+Each line goes through the table below, in order; the result is formatted by ruff (imports
+sorted, and those only the async side used dropped). ``--check`` also fails on a rule that
+matches no line any more, so the table keeps only what the sources need.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ HEADER = (
     "# Edit the async source and run `python tools/unasync.py`.\n"
 )
 
-#: (pattern, replacement), applied in order to every line.
+#: (pattern, replacement), applied in order to every line. Each must still match something:
+#: ``--check`` fails on a rule that no longer does, so the table cannot rot.
 SUBSTITUTIONS: list[tuple[str, str]] = [
     # Modules and names that are not a mere prefix away.
     (r"\bpymongo\.asynchronous\.(collection|database|mongo_client)\b", r"pymongo.\1"),
@@ -35,29 +38,34 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"^import asyncio$", "import threading"),
     (r"\basyncio\.Event\b", "threading.Event"),
     (r"\basleep\b", "sleep"),
-    # Words in docstrings and comments.
+    # The flavour pairs of docmultilock._concurrency: async_start -> start, ...
+    (r"\basync_(?=[a-z])", ""),
+    (r"\bPerLoop\b", "PerProcess"),
+    # The language (an ``async with`` block: the article first).
     (r"\ban ``async with", "a ``with"),
-    (r"\ban async\b", "a sync"),
-    (r"\bthe async\b", "the sync"),
-    (r"\bThe async\b", "The sync"),
-    # The language.
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
-    (r"\basync for\b", "for"),
     (r"\bawait ", ""),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\bAwaitable\[([^\]]*)\]", r"\1"),
     # AsyncWriteLock -> WriteLock, _AsyncDocumentLocks -> _DocumentLocks, ...
     (r"(?<![A-Za-z0-9])Async(?=[A-Z])", ""),
+    # Words left in docstrings and comments.
+    (r"\ban async\b", "a sync"),
+    (r"\basync\b", "sync"),
+    (r"\bAsync\b", "Sync"),
+    (r"\b([Tt])he running loop\b", r"\1he process"),
 ]
 _COMPILED = [(re.compile(pattern), replacement) for pattern, replacement in SUBSTITUTIONS]
 
 
-def unasync_line(line: str) -> str:
-    """One line of async source as sync source."""
+def unasync_line(line: str, used: set[str] | None = None) -> str:
+    """One line of async source as sync source; the patterns that matched go to ``used``."""
     for pattern, replacement in _COMPILED:
-        line = pattern.sub(replacement, line)
+        line, count = pattern.subn(replacement, line)
+        if count and used is not None:
+            used.add(pattern.pattern)
     return line
 
 
@@ -75,8 +83,9 @@ def _ruff(text: str, path: Path, *command: str) -> str:
 
 def _format(text: str, path: Path) -> str:
     """``text`` with its imports sorted again and formatted, as the project's ruff does."""
-    sorted_imports = _ruff(text, path, "check", "--select", "I", "--fix", "--quiet", "--exit-zero")
-    return _ruff(sorted_imports, path, "format")
+    # F401: an import only the async flavour uses (``Awaitable``) goes.
+    tidied = _ruff(text, path, "check", "--select", "I,F401", "--fix", "--quiet", "--exit-zero")
+    return _ruff(tidied, path, "format")
 
 
 #: The generated package's ``__init__``: the one file not translated line by line.
@@ -89,11 +98,11 @@ INIT = (
 )
 
 
-def generate(source: Path) -> str:
-    """The generated text of the sync twin of ``source``."""
+def generate(source: Path, used: set[str] | None = None) -> str:
+    """The generated text of the sync twin of ``source``; matched patterns go to ``used``."""
     lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    text = HEADER.format(name=source.name) + "".join(unasync_line(line) for line in lines)
-    return _format(text, TARGET / source.name)
+    body = "".join(unasync_line(line, used) for line in lines)
+    return _format(HEADER.format(name=source.name) + body, TARGET / source.name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,9 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a generated file differs")
     args = parser.parse_args(argv)
     sources = sorted(path for path in SOURCE.glob("*.py") if path.name != "__init__.py")
-    expected = {TARGET / source.name: generate(source) for source in sources}
+    used: set[str] = set()
+    expected = {TARGET / source.name: generate(source, used) for source in sources}
     expected[TARGET / "__init__.py"] = INIT
     stale = sorted(set(TARGET.glob("*.py")) - set(expected))
+    dead = [pattern for pattern, _ in SUBSTITUTIONS if pattern not in used]
+    for pattern in dead:
+        print(f"tools/unasync.py: the rule {pattern!r} matches nothing: remove it", file=sys.stderr)
     if args.check:
         wrong = [
             path
@@ -117,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if wrong or stale:
             print("run: python tools/unasync.py", file=sys.stderr)
-            return 1
-        return 0
+        return 1 if wrong or stale or dead else 0
     TARGET.mkdir(exist_ok=True)
     for path in stale:
         path.unlink()

@@ -17,7 +17,8 @@ from pymongo.asynchronous.mongo_client import AsyncMongoClient
 from pymongo.errors import CollectionInvalid, OperationFailure
 from pymongo.write_concern import WriteConcern
 
-from docmultilock._core import SIMPLE_COLLATION, Command
+from docmultilock._async.wakeup import AsyncWatchers
+from docmultilock._command import SIMPLE_COLLATION, Command
 from docmultilock._failures import COMMAND_NOT_FOUND, already_made
 from docmultilock._flows import (
     Aggregate,
@@ -35,7 +36,6 @@ from docmultilock._flows import (
 )
 from docmultilock._lock import as_utc
 from docmultilock._settle import AsyncSettle
-from docmultilock._wakeup import AsyncWatchers
 
 __all__ = ["AsyncMongoIO", "run", "server_hello"]
 

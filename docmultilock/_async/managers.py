@@ -15,12 +15,13 @@ from pymongo.asynchronous.collection import AsyncCollection
 from docmultilock._args import check_flavour
 from docmultilock._async.driver import AsyncMongoIO, run
 from docmultilock._async.hold import AsyncHold
-from docmultilock._core import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
+from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations, describe
+from docmultilock._operating import describe
+from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock.errors import LockError

@@ -17,10 +17,11 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._async.managers import AsyncLockManager
-from docmultilock._core import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
+from docmultilock._command import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
 from docmultilock._events import LockListener
 from docmultilock._lock import Lock
-from docmultilock._operations import NAMED_FIELD, LockOperations
+from docmultilock._operating import NAMED_FIELD
+from docmultilock._operations import LockOperations
 from docmultilock._rules import WRITE_ONLY
 from docmultilock.options import Duration, ErrorFactory, load_options
 

@@ -12,7 +12,9 @@ Modules: ``_floor`` (the floor), ``_bed`` (clients and twin collections), ``_mea
 ``_shape`` (each command's size, counted without a server, for 2 and 6), ``_contended``
 and ``_worker`` (4, 5, 8), ``_capacity`` (9: keep-alive capacity), ``_flavours`` (10:
 async beside sync), ``_handoff`` (11 to 13: waiting), ``_report`` (rows, table, JSON, live
-line), ``_run`` (which measurement gives which scenario, one server each).
+line), ``_run`` (which measurement gives which scenario, one server each). Worker processes
+run in ``docmultilock._workers``, the harness the demo uses too; ``_shape`` reaches a
+manager's core through ``docmultilock._introspection``.
 """
 
 from docmultilock._bench._report import Progress, Report, Row, render_json, render_table

@@ -11,7 +11,6 @@ import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pymongo
 from pymongo import AsyncMongoClient, MongoClient, monitoring
@@ -19,6 +18,7 @@ from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from docmultilock._bench._report import Progress, Row
+from docmultilock._workers import unless_given
 
 __all__ = [
     "DATABASE",
@@ -66,15 +66,8 @@ class Outcome:
     collections: str
 
 
-def _options(uri: str) -> dict[str, Any]:
-    """The measuring options that ``uri`` does not set itself."""
-    given = {key.lower() for key in parse_qs(urlsplit(uri).query)}
-    options: dict[str, Any] = {
-        "retryWrites": False,
-        "socketTimeoutMS": 60_000,
-        "serverSelectionTimeoutMS": 30_000,
-    }
-    return {key: value for key, value in options.items() if key.lower() not in given}
+#: The measuring options, where the URI does not set them itself.
+_MEASURING = {"retryWrites": False, "socketTimeoutMS": 60_000, "serverSelectionTimeoutMS": 30_000}
 
 
 def connect(uri: str, listeners: Sequence[monitoring.CommandListener] = ()) -> MongoClient[Doc]:
@@ -84,12 +77,12 @@ def connect(uri: str, listeners: Sequence[monitoring.CommandListener] = ()) -> M
     as a run goes on. The bounds are socket and selection timeouts rather than ``timeoutMS``,
     which would add a client-side deadline to the floor's calls as well.
     """
-    return MongoClient(uri, event_listeners=list(listeners), **_options(uri))
+    return MongoClient(uri, event_listeners=list(listeners), **unless_given(uri, _MEASURING))
 
 
 def connect_async(uri: str) -> AsyncMongoClient[Doc]:
     """An async client with the options of :func:`connect` (make it on the running loop)."""
-    return AsyncMongoClient(uri, **_options(uri))
+    return AsyncMongoClient(uri, **unless_given(uri, _MEASURING))
 
 
 def server_version(client: MongoClient[Doc]) -> tuple[str, bool]:

@@ -35,7 +35,7 @@ from docmultilock._bench._bed import Context, KeepAlive, Outcome, bed, connect
 from docmultilock._bench._report import Bound, Row
 from docmultilock._expr import SERVER_NOW
 from docmultilock._keepalive import EXTENDER
-from docmultilock._operations import NAMED_FIELD
+from docmultilock._operating import NAMED_FIELD
 from docmultilock._sync.hold import HeldLock, Hold
 from docmultilock.errors import LockError
 

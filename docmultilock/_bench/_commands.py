@@ -1,7 +1,7 @@
 """Scenario 1: the commands each lock operation sends, counted with a ``CommandListener``.
 
-Each probe prepares its situation (uncounted) on a fresh document and returns the one
-operation to count. The floor's operation of the same kind is counted beside it. The
+Each probe is a few calls on a fresh key: all but the last prepare its situation (uncounted),
+the last is the operation counted. The floor's operation of the same kind is counted beside it. The
 counts are deterministic: ``tests/test_bench.py`` asserts them through :func:`count_commands`.
 """
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
-from typing import Any
+from typing import Any, Literal
 
 import bson
 from pymongo import monitoring
@@ -33,6 +33,11 @@ __all__ = ["CommandCounter", "Count", "count_commands", "rows"]
 
 Doc = dict[str, Any]
 Thunk = Callable[[], object]
+
+#: The delete of an exclusive named lock's last release matches only once the server's
+#: clock has left the millisecond of the grant; in the same millisecond the release falls
+#: back to emptying the document (a second command). The probe waits that out.
+_GRANT_MILLISECOND = 0.002
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -61,263 +66,168 @@ class CommandCounter(monitoring.CommandListener):
         pass
 
 
-def expect(error: type[LockError], call: Callable[..., object], *args: Any) -> Thunk:
-    """An operation that must raise ``error`` (the outcome it is counted for)."""
+@dataclass(frozen=True)
+class Step:
+    """One call on a probe's lock manager and key.
 
-    def run() -> None:
-        try:
-            call(*args)
-        except error:
-            return
-        raise AssertionError(f"{call.__qualname__} did not raise {error.__name__}")
+    ``acquire`` passes ``tag``, the floor's ``upsert``, or (with ``of``) the pending lock
+    number ``of`` to continue; ``release`` and ``extend`` act on lock number ``of`` (the
+    latest by default); ``pause`` waits out the grant's millisecond (``_GRANT_MILLISECOND``).
+    ``refused`` is the error the call must raise: the outcome it is counted for.
+    """
 
-    return run
+    call: Literal["acquire", "release", "extend", "pause"]
+    tag: str | None = None
+    of: int | None = None
+    refused: type[LockError] | None = None
+    upsert: bool = False
+
+    def bind(self, locks: Any, key: Any, held: list[Any]) -> Thunk:
+        """The call, ready to run; each lock it gets (a pending one too) goes to ``held``."""
+
+        def run() -> None:
+            try:
+                got = self._call(locks, key, held)
+            except LockError as err:
+                if self.refused is None or not isinstance(err, self.refused):
+                    raise
+                if isinstance(err, AssertiveLock):
+                    held.append(err.lock)
+                return
+            if self.refused is not None:
+                raise AssertionError(f"{self} did not raise {self.refused.__name__}")
+            if self.call == "acquire":
+                held.append(got)
+
+        return run
+
+    def _call(self, locks: Any, key: Any, held: list[Any]) -> Any:
+        if self.call == "pause":
+            return time.sleep(_GRANT_MILLISECOND)
+        if self.call != "acquire":
+            return getattr(locks, self.call)(key, held[-1 if self.of is None else self.of])
+        options: dict[str, Any] = {"tag": self.tag} if self.tag else {}
+        if self.of is not None:
+            options["lock"] = held[self.of]
+        if self.upsert:
+            options["upsert"] = True
+        return locks.acquire(key, **options)
+
+
+ACQUIRE, RELEASE, EXTEND, PAUSE = Step("acquire"), Step("release"), Step("extend"), Step("pause")
+READ, WRITE = Step("acquire", "read"), Step("acquire", "write")
+PENDING_WRITE = Step("acquire", "write", refused=AssertiveLock)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One operation to count on a fresh key: every step but the last prepares it (uncounted).
+
+    ``key``: a ``document`` inserted on both sides, a new ``name``, a ``missing`` document,
+    or a ``new`` document id (for the floor's upsert).
+    """
+
+    lock: str
+    operation: str
+    floor: str
+    steps: tuple[Step, ...]
+    key: Literal["document", "name", "missing", "new"] = "document"
+    tagged: bool = False
+
+    def prepare(self, stage: Stage) -> Thunk:
+        """Make the lock manager and the key, run the preparing steps; return the last."""
+        locks = _manager(stage.bed, self.lock, self.tagged)
+        key = stage.key(self.key)
+        held: list[Any] = []
+        *before, counted = (step.bind(locks, key, held) for step in self.steps)
+        for run in before:
+            run()
+        return counted
+
+
+def _manager(bed: Bed, lock: str, tagged: bool) -> Any:
+    if lock == "floor":
+        return FloorLock(bed.floor)
+    if lock != "NamedLocks":
+        return {"WriteLock": WriteLock, "MultiLock": MultiLock}[lock](bed.locks)
+    locks = NamedLocks(
+        bed.named.database, bed.named.name, lock_relationships=READ_WRITE if tagged else None
+    )
+    locks.ensure_indexes()  # up front, so the lazy index creation is not counted
+    return locks
 
 
 @dataclass
 class Stage:
-    """Where a probe runs: the twin collections and a fresh document for each probe."""
+    """Where a probe runs: the twin collections, and fresh keys for each probe."""
 
     bed: Bed
     ids: count[int]
 
-    def document(self) -> Doc:
-        """Insert a fresh document on both sides; return its filter."""
+    def key(self, kind: str) -> Any:
+        """A fresh key of ``kind`` (see :class:`Probe`)."""
+        if kind == "missing":
+            return {"_id": "missing"}
+        if kind == "name":
+            return f"job-{next(self.ids)}"
+        if kind == "new":
+            return {"_id": f"new-{next(self.ids)}"}
         where = {"_id": next(self.ids)}
         self.bed.locks.insert_one(dict(where))
         self.bed.floor.insert_one(dict(where))
         return where
 
 
-# -- the probes: (lock, operation, floor kind, prepare) ------------------------------------
-
-Prepare = Callable[[Stage], Thunk]
-
-
-def _write_lock(stage: Stage) -> tuple[WriteLock, Doc]:
-    return WriteLock(stage.bed.locks), stage.document()
+def _refused(error: type[LockError], tag: str | None = None) -> Step:
+    return Step("acquire", tag, refused=error)
 
 
-def _wl_free(stage: Stage) -> Thunk:
-    locks, where = _write_lock(stage)
-    return lambda: locks.acquire(where)
-
-
-def _wl_conflict(stage: Stage) -> Thunk:
-    locks, where = _write_lock(stage)
-    locks.acquire(where)
-    return expect(LockAlreadyTaken, locks.acquire, where)
-
-
-def _wl_missing(stage: Stage) -> Thunk:
-    locks = WriteLock(stage.bed.locks)
-    return expect(ResourceNotFound, locks.acquire, {"_id": "missing"})
-
-
-def _wl_release(stage: Stage) -> Thunk:
-    locks, where = _write_lock(stage)
-    lock = locks.acquire(where)
-    return lambda: locks.release(where, lock)
-
-
-def _wl_extend(stage: Stage) -> Thunk:
-    locks, where = _write_lock(stage)
-    lock = locks.acquire(where)
-    return lambda: locks.extend(where, lock)
-
-
-def _multi_lock(stage: Stage) -> tuple[MultiLock, Doc]:
-    return MultiLock(stage.bed.locks), stage.document()
-
-
-def _ml_free(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    return lambda: locks.acquire(where, tag="read")
-
-
-def _ml_concurrent(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    locks.acquire(where, tag="read")
-    return lambda: locks.acquire(where, tag="read")
-
-
-def _ml_cooperative(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    locks.acquire(where, tag="write")
-    return expect(CooperativeLock, lambda: locks.acquire(where, tag="write"))
-
-
-def _ml_refused_by_pending(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    locks.acquire(where, tag="read")
-    expect(AssertiveLock, lambda: locks.acquire(where, tag="write"))()
-    return expect(CooperativeLock, lambda: locks.acquire(where, tag="read"))
-
-
-def _ml_assertive(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    locks.acquire(where, tag="read")
-    return expect(AssertiveLock, lambda: locks.acquire(where, tag="write"))
-
-
-def _ml_continue(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    reader = locks.acquire(where, tag="read")
-    try:
-        locks.acquire(where, tag="write")
-    except AssertiveLock as err:
-        pending = err.lock
-    locks.release(where, reader)
-    return lambda: locks.acquire(where, lock=pending)
-
-
-def _ml_release(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    lock = locks.acquire(where, tag="read")
-    return lambda: locks.release(where, lock)
-
-
-def _ml_extend(stage: Stage) -> Thunk:
-    locks, where = _multi_lock(stage)
-    lock = locks.acquire(where, tag="read")
-    return lambda: locks.extend(where, lock)
-
-
-def _named(stage: Stage, *, tagged: bool = False) -> tuple[NamedLocks, str]:
-    """Named locks (tagged: the readers-writer table) and a fresh name."""
-    collection = stage.bed.named
-    locks = NamedLocks(
-        collection.database, collection.name, lock_relationships=READ_WRITE if tagged else None
-    )
-    locks.ensure_indexes()  # up front, so the lazy index creation is not counted
-    return locks, f"job-{next(stage.ids)}"
-
-
-#: The delete of an exclusive named lock's last release matches only once the server's
-#: clock has left the millisecond of the grant; in the same millisecond the release falls
-#: back to emptying the document (a second command). The probe waits that out.
-_GRANT_MILLISECOND = 0.002
-
-
-def _nl_new(stage: Stage) -> Thunk:
-    locks, name = _named(stage)
-    return lambda: locks.acquire(name)
-
-
-def _nl_existing(stage: Stage) -> Thunk:
-    locks, name = _named(stage)
-    locks.acquire(name)
-    return expect(LockAlreadyTaken, locks.acquire, name)
-
-
-def _nl_existing_read(stage: Stage) -> Thunk:
-    locks, name = _named(stage, tagged=True)
-    locks.acquire(name, tag="read")
-    return lambda: locks.acquire(name, tag="read")
-
-
-def _nl_release_last(stage: Stage) -> Thunk:
-    locks, name = _named(stage)
-    lock = locks.acquire(name)
-    time.sleep(_GRANT_MILLISECOND)
-    return lambda: locks.release(name, lock)
-
-
-def _nl_release_last_tagged(stage: Stage) -> Thunk:
-    locks, name = _named(stage, tagged=True)
-    lock = locks.acquire(name, tag="read")
-    return lambda: locks.release(name, lock)
-
-
-def _nl_release_not_last(stage: Stage) -> Thunk:
-    locks, name = _named(stage, tagged=True)
-    lock = locks.acquire(name, tag="read")
-    locks.acquire(name, tag="read")
-    return lambda: locks.release(name, lock)
-
-
-def _nl_extend(stage: Stage) -> Thunk:
-    locks, name = _named(stage)
-    lock = locks.acquire(name)
-    return lambda: locks.extend(name, lock)
-
-
-PROBES: list[tuple[str, str, str, Prepare]] = [
-    ("WriteLock", "acquire (free)", "acquire", _wl_free),
-    ("WriteLock", "acquire (conflict)", "acquire-held", _wl_conflict),
-    ("WriteLock", "acquire (no such document)", "acquire-missing", _wl_missing),
-    ("WriteLock", "release", "release", _wl_release),
-    ("WriteLock", "extend", "extend", _wl_extend),
-    ("MultiLock", "acquire read (free)", "acquire", _ml_free),
-    ("MultiLock", "acquire read (concurrent: beside a read)", "acquire", _ml_concurrent),
-    ("MultiLock", "acquire write (cooperative: refused)", "acquire-held", _ml_cooperative),
-    ("MultiLock", "acquire read (refused by a pending write)", "acquire-held",
-     _ml_refused_by_pending),
-    ("MultiLock", "acquire write (assertive: pending)", "acquire-held", _ml_assertive),
-    ("MultiLock", "acquire write (continue: granted)", "acquire", _ml_continue),
-    ("MultiLock", "release", "release", _ml_release),
-    ("MultiLock", "extend", "extend", _ml_extend),
-    ("NamedLocks", "acquire (new document)", "acquire-new", _nl_new),
-    ("NamedLocks", "acquire (existing, held: conflict)", "acquire-held", _nl_existing),
-    ("NamedLocks", "acquire read (existing, beside a read)", "acquire", _nl_existing_read),
-    ("NamedLocks", "release (last holder: deletes the document)", "release", _nl_release_last),
-    ("NamedLocks", "release read (last holder: emptied for TTL)", "release",
-     _nl_release_last_tagged),
-    ("NamedLocks", "release read (not last holder)", "release", _nl_release_not_last),
-    ("NamedLocks", "extend", "extend", _nl_extend),
+#: Every operation counted, each with the kind of the floor's operation set beside it.
+PROBES = [
+    Probe("WriteLock", "acquire (free)", "acquire", (ACQUIRE,)),
+    Probe("WriteLock", "acquire (conflict)", "acquire-held",
+          (ACQUIRE, _refused(LockAlreadyTaken))),
+    Probe("WriteLock", "acquire (no such document)", "acquire-missing",
+          (_refused(ResourceNotFound),), key="missing"),
+    Probe("WriteLock", "release", "release", (ACQUIRE, RELEASE)),
+    Probe("WriteLock", "extend", "extend", (ACQUIRE, EXTEND)),
+    Probe("MultiLock", "acquire read (free)", "acquire", (READ,)),
+    Probe("MultiLock", "acquire read (concurrent: beside a read)", "acquire", (READ, READ)),
+    Probe("MultiLock", "acquire write (cooperative: refused)", "acquire-held",
+          (WRITE, _refused(CooperativeLock, "write"))),
+    Probe("MultiLock", "acquire read (refused by a pending write)", "acquire-held",
+          (READ, PENDING_WRITE, _refused(CooperativeLock, "read"))),
+    Probe("MultiLock", "acquire write (assertive: pending)", "acquire-held",
+          (READ, PENDING_WRITE)),
+    Probe("MultiLock", "acquire write (continue: granted)", "acquire",
+          (READ, PENDING_WRITE, Step("release", of=0), Step("acquire", of=1))),
+    Probe("MultiLock", "release", "release", (READ, RELEASE)),
+    Probe("MultiLock", "extend", "extend", (READ, EXTEND)),
+    Probe("NamedLocks", "acquire (new document)", "acquire-new", (ACQUIRE,), key="name"),
+    Probe("NamedLocks", "acquire (existing, held: conflict)", "acquire-held",
+          (ACQUIRE, _refused(LockAlreadyTaken)), key="name"),
+    Probe("NamedLocks", "acquire read (existing, beside a read)", "acquire",
+          (READ, READ), key="name", tagged=True),
+    Probe("NamedLocks", "release (last holder: deletes the document)", "release",
+          (ACQUIRE, PAUSE, RELEASE), key="name"),
+    Probe("NamedLocks", "release read (last holder: emptied for TTL)", "release",
+          (READ, RELEASE), key="name", tagged=True),
+    Probe("NamedLocks", "release read (not last holder)", "release",
+          (READ, READ, Step("release", of=0)), key="name", tagged=True),
+    Probe("NamedLocks", "extend", "extend", (ACQUIRE, EXTEND), key="name"),
 ]  # fmt: skip
 
-
-# -- the floor's operations of each kind ---------------------------------------------------
-
-
-def _floor(stage: Stage) -> tuple[FloorLock, Doc]:
-    return FloorLock(stage.bed.floor), stage.document()
-
-
-def _floor_acquire(stage: Stage) -> Thunk:
-    floor, where = _floor(stage)
-    return lambda: floor.acquire(where)
-
-
-def _floor_held(stage: Stage) -> Thunk:
-    floor, where = _floor(stage)
-    floor.acquire(where)
-    return lambda: floor.acquire(where)
-
-
-def _floor_missing(stage: Stage) -> Thunk:
-    floor = FloorLock(stage.bed.floor)
-    return lambda: floor.acquire({"_id": "missing"})
-
-
-def _floor_new(stage: Stage) -> Thunk:
-    floor = FloorLock(stage.bed.floor)
-    where = {"_id": f"new-{next(stage.ids)}"}
-    return lambda: floor.acquire(where, upsert=True)
-
-
-def _floor_release(stage: Stage) -> Thunk:
-    floor, where = _floor(stage)
-    lock_id = floor.acquire(where)
-    assert lock_id is not None
-    return lambda: floor.release(where, lock_id)
-
-
-def _floor_extend(stage: Stage) -> Thunk:
-    floor, where = _floor(stage)
-    lock_id = floor.acquire(where)
-    assert lock_id is not None
-    return lambda: floor.extend(where, lock_id)
-
-
-FLOOR_OPERATIONS: dict[str, Prepare] = {
-    "acquire": _floor_acquire,
-    "acquire-held": _floor_held,
-    "acquire-missing": _floor_missing,
-    "acquire-new": _floor_new,
-    "release": _floor_release,
-    "extend": _floor_extend,
+#: The floor's operation of each kind, counted beside each probe of that kind.
+FLOOR_OPERATIONS = {
+    probe.floor: probe
+    for probe in [
+        Probe("floor", "acquire", "acquire", (ACQUIRE,)),
+        Probe("floor", "acquire-held", "acquire-held", (ACQUIRE, ACQUIRE)),
+        Probe("floor", "acquire-missing", "acquire-missing", (ACQUIRE,), key="missing"),
+        Probe("floor", "acquire-new", "acquire-new", (Step("acquire", upsert=True),), key="new"),
+        Probe("floor", "release", "release", (ACQUIRE, RELEASE)),
+        Probe("floor", "extend", "extend", (ACQUIRE, EXTEND)),
+    ]
 }
 
 
@@ -346,10 +256,10 @@ def count_commands(uri: str) -> tuple[list[Count], str]:
     with connect(uri, [counter]) as client, bed(client) as twins:
         stage = Stage(twins, count(1))
         counts = []
-        for lock, operation, kind, prepare in PROBES:
-            mine = _counted(counter, prepare(stage))
-            floor = _counted(counter, FLOOR_OPERATIONS[kind](stage))
-            counts.append(Count(lock, operation, mine, floor))
+        for probe in PROBES:
+            mine = _counted(counter, probe.prepare(stage))
+            floor = _counted(counter, FLOOR_OPERATIONS[probe.floor].prepare(stage))
+            counts.append(Count(probe.lock, probe.operation, mine, floor))
         return counts, twins.sizes()
 
 

@@ -1,37 +1,26 @@
 """Contended scenarios: 4 processes on one document (4, 8) and over 100 documents (5).
 
-Each worker process tries once, and releases on success. The same processes run
-docmultilock and the floor in alternating phases that start together on the wall clock.
+Each worker process (``_worker``) tries once, and releases on success. The same processes
+run docmultilock and the floor in alternating phases that start together on the wall clock.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
 import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from docmultilock._bench._bed import Context, Outcome, bed, connect
 from docmultilock._bench._measure import SIDES
 from docmultilock._bench._report import Bound, Row
 from docmultilock._bench._single import latency_rows
-from docmultilock._bench._worker import Failed, Job, Message, Phase, Ready, Result, worker_main
-
-if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
-    from multiprocessing.queues import Queue
+from docmultilock._bench._worker import Job, Phase, Result, worker_main
+from docmultilock._workers import STARTUP_LIMIT, Pool, Ready
 
 __all__ = ["PROCESSES", "contended", "spread"]
 
 PROCESSES = 4
 PHASES = 2  # per side, alternating
-STARTUP_LIMIT = 60.0
 START_DELAY = 0.2  # seconds between sending a phase and its common start
-
-
-class WorkerError(RuntimeError):
-    """A worker process failed or fell silent."""
 
 
 @dataclass
@@ -57,74 +46,20 @@ class Total:
         return [won / total if total else 0.0 for won in self.wins]
 
 
-class _Pool:
-    """The worker processes, started with the spawn method; always stopped on exit."""
-
-    def __init__(self, uri: str, locks: str, floor: str) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.outbox: Queue[Message] = ctx.Queue()
-        self.inboxes: list[Queue[Phase | None]] = [ctx.Queue() for _ in range(PROCESSES)]
-        self.processes: list[BaseProcess] = [
-            ctx.Process(
-                target=worker_main,
-                args=(Job(i, uri, locks, floor), self.inboxes[i], self.outbox),
-                name=f"docmultilock-bench-{i}",
-                daemon=True,
-            )
-            for i in range(PROCESSES)
-        ]
-
-    def __enter__(self) -> _Pool:
-        for process in self.processes:
-            process.start()
-        self._collect(Ready, STARTUP_LIMIT)
-        return self
-
-    def _collect(self, kind: type[Ready] | type[Result], limit: float) -> list[Message]:
-        got: list[Message] = []
-        give_up = time.monotonic() + limit
-        while len(got) < PROCESSES:
-            try:
-                message = self.outbox.get(timeout=max(0.1, give_up - time.monotonic()))
-            except queue.Empty:
-                raise WorkerError(f"workers did not answer within {limit:.0f} s") from None
-            if isinstance(message, Failed):
-                raise WorkerError(f"worker {message.worker}: {message.text}")
-            if isinstance(message, kind):
-                got.append(message)
-        return got
-
-    def run(self, phase: Phase) -> list[Result]:
-        for index, inbox in enumerate(self.inboxes):
-            inbox.put(replace(phase, seed=f"{phase.seed}:{index}"))
-        results = self._collect(Result, phase.seconds + START_DELAY + STARTUP_LIMIT)
-        return [r for r in results if isinstance(r, Result)]
-
-    def __exit__(self, *exc: object) -> None:
-        for inbox in self.inboxes:
-            inbox.put(None)
-        for process in self.processes:
-            process.join(timeout=5.0)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
-            process.close()
-        self.outbox.close()
-        for inbox in self.inboxes:
-            inbox.close()
-
-
 def _race(context: Context, documents: int) -> tuple[dict[str, Total], str]:
     totals = {side: Total() for side in SIDES}
     with connect(context.uri) as client, bed(client) as twins:
         twins.seed(documents)
-        with _Pool(context.uri, twins.locks.name, twins.floor.name) as pool:
+        job = Job(context.uri, twins.locks.name, twins.floor.name)
+        with Pool("bench", PROCESSES, worker_main, job, inboxes=True) as pool:
+            pool.collect(Ready, STARTUP_LIMIT)
             seconds = context.duration / PHASES / len(SIDES)
             steps = [(n, side) for n in range(PHASES) for side in SIDES]
             for step, (n, side) in enumerate(steps):
                 context.progress.bar(step / len(steps), f"{side} running")
                 phase = Phase(side, seconds, time.time() + START_DELAY, documents, f"{n}")
-                results = pool.run(phase)
+                pool.send(phase)
+                results = pool.collect(Result, seconds + START_DELAY + STARTUP_LIMIT)
                 for result in results:
                     totals[side].add(result)
                 totals[side].seconds += sum(r.wall for r in results) / len(results)

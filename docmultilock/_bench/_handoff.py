@@ -17,10 +17,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from pymongo import monitoring
@@ -29,7 +29,7 @@ from docmultilock import WriteLock
 from docmultilock._bench._bed import DATABASE, Context, Outcome, connect
 from docmultilock._bench._measure import percentile
 from docmultilock._bench._report import Bound, Row
-from docmultilock._parent import exit_with_parent
+from docmultilock._workers import Link, Pool
 
 __all__ = ["fairness", "handoff"]
 
@@ -39,8 +39,9 @@ HOLD_FOR = 0.02
 LONG_HOLD = 0.3
 #: Waiters of the two hand-off phases.
 WAITERS = (1, 10)
-#: Processes of the fairness scenario.
+#: Processes of the fairness scenario, and how long they have to start and connect (s).
 PROCESSES = 4
+FAIR_START = 3.0
 #: Goals of the issue: at most this many commands per grant beyond the grant itself (the
 #: release counted as one of them too), and fair grants in arrival order this often (%).
 EXTRA_COMMANDS = 3
@@ -157,40 +158,39 @@ def handoff(context: Context) -> Outcome:
     return Outcome(rows, "1 document per phase")
 
 
-def _fair_worker(index: int, uri: str, fair: bool, start: float, seconds: float, out: Any) -> None:
-    """One process of the fairness scenario: (index, asked, granted) wall times per grant."""
-    exit_with_parent()
-    grants: list[tuple[int, float, float]] = []
-    with connect(uri) as client:
-        locks = WriteLock(client[DATABASE]["fairness"], lock_timeout=30.0)
-        time.sleep(max(start - time.time(), 0))
-        while time.time() < start + seconds:
-            asked = time.time()
-            with locks.hold({"_id": 1}, wait=60.0, fair=fair):
-                grants.append((index, asked, time.time()))
-                time.sleep(HOLD_FOR)
-    out.put(grants)
+Grant = tuple[int, float, float]  # (process, asked, granted), wall-clock times
 
 
-def _fair_run(uri: str, fair: bool, seconds: float) -> list[tuple[int, float, float]]:
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    start = time.time() + 3.0  # the processes start and connect meanwhile
-    procs = [
-        ctx.Process(target=_fair_worker, args=(i, uri, fair, start, seconds, out), daemon=True)
-        for i in range(PROCESSES)
-    ]
-    for proc in procs:
-        proc.start()
-    grants: list[tuple[int, float, float]] = []
-    for _ in procs:
-        grants += out.get(timeout=seconds + 120)
-    for proc in procs:
-        proc.join(30)
-    return sorted(grants, key=lambda grant: grant[2])
+@dataclass(frozen=True)
+class _Grants:
+    """One process's grants, its answer to the parent."""
+
+    grants: list[Grant]
 
 
-def _in_order(grants: list[tuple[int, float, float]]) -> float:
+def _fair_worker(link: Link, uri: str, fair: bool, start: float, seconds: float) -> None:
+    """One process of the fairness scenario: from ``start`` (wall clock), a loop of holds."""
+    grants: list[Grant] = []
+    with link.working():
+        with connect(uri) as client:
+            locks = WriteLock(client[DATABASE]["fairness"], lock_timeout=30.0)
+            time.sleep(max(start - time.time(), 0))
+            while time.time() < start + seconds:
+                asked = time.time()
+                with locks.hold({"_id": 1}, wait=60.0, fair=fair):
+                    grants.append((link.index, asked, time.time()))
+                    time.sleep(HOLD_FOR)
+        link.put(_Grants(grants))
+
+
+def _fair_run(uri: str, fair: bool, seconds: float) -> list[Grant]:
+    start = time.time() + FAIR_START  # the processes start and connect meanwhile
+    with Pool("bench", PROCESSES, _fair_worker, uri, fair, start, seconds) as pool:
+        found = pool.collect(_Grants, seconds + 120)
+    return sorted((grant for each in found for grant in each.grants), key=lambda grant: grant[2])
+
+
+def _in_order(grants: list[Grant]) -> float:
     """% of grants that went to the waiter asking longest among those waiting then."""
     good = 0
     for n, (_, asked, granted) in enumerate(grants):

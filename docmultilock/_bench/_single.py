@@ -6,7 +6,7 @@ Every scenario alternates docmultilock and the floor in short slices on twin doc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from docmultilock import MultiLock, WriteLock
@@ -66,6 +66,21 @@ def _part(context: Context, index: int, parts: int) -> Callable[[float], None]:
 
 def _ms(seconds: float) -> float:
     return seconds * 1000.0
+
+
+def _growth(
+    scenario: int,
+    name: str,
+    heavy: Mapping[str, float],
+    light: Mapping[str, float],
+    limit: float,
+    detail: str = "",
+) -> Row:
+    """How much more each side costs under the heavier load, ``heavy / light``; bounded."""
+    mine, floor = (heavy[side] / light[side] for side in SIDES)
+    return Row.make(
+        scenario, name, "x", mine, floor, Bound("<=", limit, of="docmultilock"), detail=detail
+    )
 
 
 def latency_rows(
@@ -189,20 +204,14 @@ def readers(context: Context) -> Outcome:
         collections = twins.sizes()
     most, least = READERS[-1], READERS[0]
     # The passes over the holders, counted: array operators in a read cycle's commands.
-    ours, floor_shapes = _shape.shapes()
-    cycle = ("acquire", "release")
-    passes = (
-        sum(ours["MultiLock", op].array_operators for op in cycle),
-        sum(floor_shapes[op].array_operators for op in cycle),
-    )
+    passes = [shape.array_operators for shape in _shape.cycle(*_shape.shapes(), "MultiLock")]
     rows.append(
-        Row.make(
+        _growth(
             6,
             f"cost beside {most} holders / beside {least}",
-            "x",
-            cost[most]["docmultilock"] / cost[least]["docmultilock"],
-            cost[most]["floor"] / cost[least]["floor"],
-            Bound("<=", 3.0, of="docmultilock"),
+            cost[most],
+            cost[least],
+            3.0,
             detail=(
                 f"{passes[0]} and {passes[1]} array operators per cycle (every branch: "
                 "at most that many passes over the holders)"
@@ -260,21 +269,9 @@ def size(context: Context) -> Outcome:
         collections = twins.sizes()
     big, small = SIZES[-1][0], SIZES[0][0]
     rows += [
-        Row.make(
-            7,
-            f"cost on {big} / on {small}",
-            "x",
-            cost[big]["docmultilock"] / cost[small]["docmultilock"],
-            cost[big]["floor"] / cost[small]["floor"],
-            Bound("<=", 1.5, of="docmultilock"),
-        ),
-        Row.make(
-            7,
-            f"bytes on the wire per cycle, {big} / {small}",
-            "x",
-            traffic[big]["docmultilock"] / traffic[small]["docmultilock"],
-            traffic[big]["floor"] / traffic[small]["floor"],
-            Bound("<=", 1.01, of="docmultilock"),
+        _growth(7, f"cost on {big} / on {small}", cost[big], cost[small], 1.5),
+        _growth(
+            7, f"bytes on the wire per cycle, {big} / {small}", traffic[big], traffic[small], 1.01
         ),
     ]
     return Outcome(rows, collections)

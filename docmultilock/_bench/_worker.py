@@ -1,8 +1,8 @@
 """The worker processes of the contended scenarios: try once, release on success.
 
-A worker connects, says it is ready, then runs each :class:`Phase` its parent sends (one
-side, docmultilock or the floor, for a given time from a given wall-clock start) and
-answers with a :class:`Result`. ``None`` ends it.
+A worker of a :class:`~docmultilock._workers.Pool` connects, says it is ready, then runs
+each :class:`Phase` its parent sends (one side, docmultilock or the floor, for a given time
+from a given wall-clock start) and answers with a :class:`Result`.
 """
 
 from __future__ import annotations
@@ -11,25 +11,23 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from docmultilock import WriteLock
 from docmultilock._bench._bed import DATABASE, connect
 from docmultilock._bench._floor import FloorLock
-from docmultilock._parent import exit_with_parent
+from docmultilock._workers import Link
 from docmultilock.errors import LockAlreadyTaken
 
-if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-
-__all__ = ["Failed", "Job", "Message", "Phase", "Ready", "Result", "worker_main"]
+__all__ = ["Job", "Phase", "Result", "worker_main"]
 
 Doc = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Job:
-    index: int
+    """Where every worker runs: the server, and the two sides' collections."""
+
     uri: str
     locks: str
     floor: str
@@ -37,22 +35,13 @@ class Job:
 
 @dataclass(frozen=True)
 class Phase:
+    """One side's turn; each worker draws its documents from ``seed:index``."""
+
     side: str
     seconds: float
     start_at: float  # time.time(): the same clock in every process
     documents: int
     seed: str
-
-
-@dataclass(frozen=True)
-class Ready:
-    worker: int
-
-
-@dataclass(frozen=True)
-class Failed:
-    worker: int
-    text: str
 
 
 @dataclass
@@ -68,7 +57,6 @@ class Result:
     release: list[float] = field(default_factory=list)
 
 
-Message = Ready | Failed | Result
 TryLock = tuple[Callable[[Doc], Any], Callable[[Doc, Any], object]]
 
 
@@ -91,7 +79,7 @@ def _tries(job: Job, client: Any) -> dict[str, TryLock]:
 
 def _run(index: int, phase: Phase, tries: dict[str, TryLock]) -> Result:
     acquire, release = tries[phase.side]
-    rng = random.Random(phase.seed)
+    rng = random.Random(f"{phase.seed}:{index}")
     result = Result(index, phase.side)
     time.sleep(max(0.0, phase.start_at - time.time()))
     clock = time.perf_counter
@@ -113,17 +101,10 @@ def _run(index: int, phase: Phase, tries: dict[str, TryLock]) -> Result:
     return result
 
 
-def worker_main(job: Job, inbox: Queue[Phase | None], outbox: Queue[Message]) -> None:
+def worker_main(link: Link, job: Job) -> None:
     """Connect, say ready, run phases until told to stop; report any error and stop."""
-    exit_with_parent()
-    try:
-        with connect(job.uri) as client:
-            tries = _tries(job, client)
-            client.admin.command("ping")
-            outbox.put(Ready(job.index))
-            while (phase := inbox.get()) is not None:
-                outbox.put(_run(job.index, phase, tries))
-    except KeyboardInterrupt:
-        pass
-    except Exception as exc:  # reported to the parent, which fails the scenario
-        outbox.put(Failed(job.index, f"{type(exc).__name__}: {exc}"))
+    with link.working(), connect(job.uri) as client:
+        tries = _tries(job, client)
+        link.ready(client)
+        for phase in link.orders():
+            link.put(_run(link.index, phase, tries))

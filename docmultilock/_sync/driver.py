@@ -19,7 +19,7 @@ from pymongo.errors import CollectionInvalid, OperationFailure
 from pymongo.mongo_client import MongoClient
 from pymongo.write_concern import WriteConcern
 
-from docmultilock._core import SIMPLE_COLLATION, Command
+from docmultilock._command import SIMPLE_COLLATION, Command
 from docmultilock._failures import COMMAND_NOT_FOUND, already_made
 from docmultilock._flows import (
     Aggregate,
@@ -37,7 +37,7 @@ from docmultilock._flows import (
 )
 from docmultilock._lock import as_utc
 from docmultilock._settle import Settle
-from docmultilock._wakeup import Watchers
+from docmultilock._sync.wakeup import Watchers
 
 __all__ = ["MongoIO", "run", "server_hello"]
 

@@ -15,12 +15,13 @@ from typing import Any, Literal, TypeVar
 from pymongo.collection import Collection
 
 from docmultilock._args import check_flavour
-from docmultilock._core import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
+from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations, describe
+from docmultilock._operating import describe
+from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.driver import MongoIO, run
@@ -34,7 +35,7 @@ T = TypeVar("T")
 
 
 class LockManager:
-    """What every async lock manager shares: running a flow, and ``hold()``."""
+    """What every sync lock manager shares: running a flow, and ``hold()``."""
 
     #: Where flows read time and draw jitter, and where the driver sleeps (tests replace it).
     _clock: Clock = SYSTEM_CLOCK

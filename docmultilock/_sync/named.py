@@ -1,6 +1,6 @@
 # Generated from docmultilock/_async/named.py by tools/unasync.py: do not edit.
 # Edit the async source and run `python tools/unasync.py`.
-"""Async named locks: the same flows, keeping each name's state in a document of its own.
+"""Sync named locks: the same flows, keeping each name's state in a document of its own.
 
 A lock on ``"nightly-report"`` lives in ``{_id: "nightly-report", lock: {...}}`` in a lock
 collection (``docmultilock.locks`` by default). The first acquire creates the document in
@@ -18,10 +18,11 @@ from typing import Any
 from pymongo.database import Database
 
 from docmultilock._args import check_collection_name, check_flavour
-from docmultilock._core import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
+from docmultilock._command import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
 from docmultilock._events import LockListener
 from docmultilock._lock import Lock
-from docmultilock._operations import NAMED_FIELD, LockOperations
+from docmultilock._operating import NAMED_FIELD
+from docmultilock._operations import LockOperations
 from docmultilock._rules import WRITE_ONLY
 from docmultilock._sync.managers import LockManager
 from docmultilock.options import Duration, ErrorFactory, load_options

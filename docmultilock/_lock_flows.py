@@ -1,0 +1,300 @@
+"""The lock flows of one manager: acquire, release and extend.
+
+With them, the withdrawal of an acquisition interrupted before its reply. Each sends one
+command per operation
+(``_core`` plans it, ``_flows.send`` sends it); the decisions between commands (the
+release's lost-reply judgement, the withdrawal) are written here once for both flavours.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo.errors import PyMongoError
+
+from docmultilock._args import check_lock, document_target, tag_or_only
+from docmultilock._command import Command
+from docmultilock._events import EventKind
+from docmultilock._failures import translate
+from docmultilock._flows import (
+    CLEANUP_LIMIT,
+    Clock,
+    Flow,
+    Sent,
+    ServerTime,
+    send,
+)
+from docmultilock._lock import Lock
+from docmultilock._operating import Operating, new_lock_id
+from docmultilock._plans import AcquirePlan
+from docmultilock.errors import (
+    AssertiveLock,
+    CooperativeLock,
+    DbError,
+    InvalidArgument,
+    LockError,
+    LockNotFound,
+)
+from docmultilock.options import (
+    Duration,
+)
+
+__all__ = ["LockFlows"]
+
+log = logging.getLogger("docmultilock")
+
+
+class LockFlows(Operating):
+    """Acquire, release and extend as flows (see :class:`~docmultilock._operating.Operating`)."""
+
+    def acquire(
+        self,
+        key: object,
+        tag: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+        fair: bool = False,
+    ) -> Flow[Lock]:
+        """Acquire ``tag`` on ``key``, or continue the pending ``lock``; one command.
+
+        With ``fair`` (``hold(fair=True)``), a refusal holds a place in line: a pending
+        entry, raised as :class:`AssertiveLock` to be continued.
+        """
+        rules = self.options.rules
+        user_filter = target = self.key_filter(key)
+        if tag is not None and lock is not None:
+            raise InvalidArgument(
+                "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
+            )
+        pending: Lock | None = None
+        if lock is not None:
+            pending = check_lock(lock, rules)
+            name = pending.tag
+            target = document_target(user_filter, pending.document_id, self.codec_options)
+        else:
+            name = tag_or_only(tag, rules)
+        lock_id = new_lock_id() if pending is None else pending.id
+        plan = self.core.acquire(
+            target,
+            user_filter=user_filter,
+            tag=name,
+            lock_id=lock_id,
+            lifetime_ms=None if lock_timeout is None else self.lifetime_ms(name, lock_timeout),
+            continuing=pending,
+            fair=fair,
+        )
+        limit, concern = self.limit(timeout), self.concern(w)
+        started = clock.monotonic()
+        try:
+            reply = yield from send(
+                plan.command,
+                doing="acquire",
+                w=concern,
+                limit=limit,
+                clock=clock,
+                on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
+                settle=pending is None,  # what _withdraw may follow
+            )
+            granted = self._granted(plan, reply, started, clock)
+            if self.core.home.on_demand:
+                yield from self.index_once(limit)
+        except BaseException as exc:
+            # Cancelled or interrupted with the command out, or before the caller saw its
+            # grant: it may be applied, under an id nobody will ever hold. A continued
+            # lock's caller keeps its id (and hold() releases it); a new one is withdrawn.
+            if pending is None and _interrupted(exc):
+                yield from self._withdraw(target, user_filter, lock_id, limit, concern, clock)
+            raise
+        return granted
+
+    def _granted(
+        self, plan: AcquirePlan, reply: Mapping[str, Any] | None, started: float, clock: Clock
+    ) -> Lock:
+        """Read an acquisition's reply: the lock, recorded and told, or its error, told."""
+        user_filter, name = plan.user_filter, plan.tag
+        try:
+            granted = plan.read(reply)
+        except LockError as err:
+            kind = _kind_of(err)
+            if isinstance(err, AssertiveLock):
+                self.ledger.saw(err.lock)
+            if kind is None:
+                log.debug("acquire %r on %r: %s", name, user_filter, err.code)
+            else:
+                self.events.emit(
+                    kind,
+                    user_filter,
+                    tag=name,
+                    lock=getattr(err, "lock", None) or plan.continuing,
+                    outcome=err.code,
+                    duration=clock.monotonic() - started,
+                    error=err,
+                )
+            raise
+        self.ledger.saw(granted)
+        self.events.emit(
+            "granted", user_filter, tag=name, lock=granted, duration=clock.monotonic() - started
+        )
+        return granted
+
+    def _withdraw(
+        self,
+        target: dict[str, Any],
+        user_filter: dict[str, Any],
+        lock_id: str,
+        limit: float | None,
+        concern: int | str,
+        clock: Clock,
+    ) -> Flow[None]:
+        """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
+
+        Best effort, never raising a LockError: the entry lapses with its lifetime anyway.
+        An interrupted command still queued on the server can be applied after this (it
+        cannot be waited for: the caller is going away), and its entry then holds until
+        its lifetime runs out, as a crashed holder's does.
+        """
+        command = self.core.withdrawal(target, user_filter=user_filter, lock_id=lock_id)
+        # Bounded even without an operation timeout: the caller is on its way out.
+        limit = CLEANUP_LIMIT if limit is None else limit
+        try:
+            reply = yield from send(command, doing="release", w=concern, limit=limit, clock=clock)
+        except LockError as err:
+            log.warning("could not withdraw the interrupted acquisition %s: %s", lock_id, err)
+            return
+        if reply is None:
+            log.debug("the interrupted acquisition %s left no entry", lock_id)
+        else:
+            log.debug("withdrew the entry of the interrupted acquisition %s", lock_id)
+
+    def release(
+        self,
+        key: object,
+        lock: object,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[None]:
+        """Release ``lock``; a release whose earlier reply was lost is judged by the ledger."""
+        held = check_lock(lock, self.options.rules)
+        user_filter, target = self.locate(key, held)
+        limit, concern = self.limit(timeout), self.concern(w)
+        ledger = self.ledger
+        sent = Sent(unsure=ledger.was_unsure(held.id))
+        started = clock.monotonic()
+        retrying = self.events.retrying(user_filter, held.tag, started, clock.monotonic)
+
+        def sending(command: Command) -> Flow[Mapping[str, Any] | None]:
+            # Both commands of a release share its deadline and its record of lost replies.
+            return send(
+                command,
+                doing="release",
+                w=concern,
+                limit=limit,
+                clock=clock,
+                sent=sent,
+                on_retry=retrying,
+            )
+
+        try:
+            deleting = self.core.release_by_delete(target, lock=held)
+            deleted = False
+            if deleting is not None:
+                deleted = deleting.read((yield from sending(deleting.command)))
+            if not deleted:
+                plan = self.core.release(target, user_filter=user_filter, lock=held)
+                plan.read((yield from sending(plan.command)))
+        except DbError:
+            ledger.release_unsure(held.id)
+            raise
+        except LockNotFound as err:
+            # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
+            # removed it: while the lock is unexpired by the server's clock nobody else can
+            # (pruning takes only expired entries), so the release did happen. An operator's
+            # break_lock may also have removed it meanwhile: reporting success is harmless
+            # then, since the lock is gone either way.
+            if not (sent.unsure and (yield from self._unexpired(held.id, limit))):
+                ledger.forget(held.id)
+                self.report_lost(user_filter, held, started, clock, err)
+                raise
+            log.debug("release of %s was applied by an attempt whose reply was lost", held.id)
+        ledger.forget(held.id)
+        self.events.emit(
+            "released", user_filter, tag=held.tag, lock=held, duration=clock.monotonic() - started
+        )
+
+    def _unexpired(self, lock_id: str, limit: float | None) -> Flow[bool]:
+        """True while the server's clock is before the expiry this manager saw it stamp.
+
+        One ``hello``; ``False`` at once for a lock this manager never saw granted (a lock
+        a client sends back carries an ``expires_at`` nobody can vouch for).
+        """
+        expires_at = self.ledger.expiry(lock_id)
+        if expires_at is None:
+            return False
+        try:
+            now = yield ServerTime(limit)
+        except PyMongoError as exc:
+            self.ledger.release_unsure(lock_id)
+            raise translate(exc, "release", None) from exc
+        return bool(now < expires_at)
+
+    def extend(
+        self,
+        key: object,
+        lock: object,
+        lock_timeout: Duration | None,
+        timeout: Duration | None,
+        w: int | str | None,
+        clock: Clock,
+    ) -> Flow[Lock]:
+        """Push ``lock``'s expiry to server-now plus its lifetime (or ``lock_timeout``)."""
+        held = check_lock(lock, self.options.rules, granted=True)
+        user_filter, target = self.locate(key, held)
+        plan = self.core.extend(
+            target,
+            user_filter=user_filter,
+            lock=held,
+            lifetime_ms=None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
+        )
+        started = clock.monotonic()
+        reply = yield from send(
+            plan.command,
+            doing="extend",
+            w=self.concern(w),
+            limit=self.limit(timeout),
+            clock=clock,
+            on_retry=self.events.retrying(user_filter, held.tag, started, clock.monotonic),
+        )
+        try:
+            extended = plan.read(reply)
+        except LockNotFound as err:
+            self.report_lost(user_filter, held, started, clock, err)
+            raise
+        self.ledger.saw(extended)
+        self.events.emit(
+            "extended",
+            user_filter,
+            tag=held.tag,
+            lock=extended,
+            duration=clock.monotonic() - started,
+        )
+        return extended
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """True for a cancellation or an interrupt (not an error, nor a flow being closed)."""
+    return not isinstance(exc, (Exception, GeneratorExit))
+
+
+def _kind_of(err: LockError) -> EventKind | None:
+    """The event an acquisition's error reports: pending, lost or refused (else none)."""
+    if isinstance(err, AssertiveLock):
+        return "pending"
+    if isinstance(err, LockNotFound):
+        return "lost"
+    return "refused" if isinstance(err, CooperativeLock) else None

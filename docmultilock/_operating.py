@@ -1,0 +1,199 @@
+"""What every flow of one lock manager works with: its core, ledger, events and arguments.
+
+:class:`Operating` holds one manager's pure state (the core for its field, table and home,
+the ledger of what it saw granted, the listener's emitter) and the parsing of per-call
+arguments; the lock flows (``_lock_flows``) and the read-side flows (``_read_flows``) build
+on it, and ``_operations.LockOperations`` is the two together: what a lock manager *is*,
+minus I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
+from pymongo.errors import PyMongoError
+
+from docmultilock import _indexes
+from docmultilock._args import check_lock, document_target
+from docmultilock._command import Home, Verdicts
+from docmultilock._core import LockCore
+from docmultilock._events import Emitter, LockListener
+from docmultilock._failures import translate
+from docmultilock._flows import (
+    Clock,
+    Flow,
+    MakeTtlIndex,
+)
+from docmultilock._ledger import Ledger
+from docmultilock._lock import Lock
+from docmultilock.errors import (
+    LockError,
+    LockNotFound,
+)
+from docmultilock.options import (
+    Duration,
+    LockOptions,
+    parse_duration,
+    parse_lifetime_ms,
+    parse_write_concern,
+)
+
+__all__ = ["NAMED_FIELD", "Operating", "describe", "new_lock_id"]
+
+log = logging.getLogger("docmultilock")
+
+#: The field of a named lock's document that holds its state.
+NAMED_FIELD = "lock"
+
+
+def new_lock_id() -> str:
+    """128 random bits: a lock id can be neither guessed nor forged."""
+    return secrets.token_hex(16)
+
+
+class Operating:
+    """One manager's state and argument parsing, shared by all its flows.
+
+    :param where: identifies the collection for the process-wide TTL-index record: the
+        client object (held weakly) and the collection's full name.
+    :param codec_options: the collection's, with which a filter's ``_id`` is compared to a
+        lock's document (a ``uuid.UUID`` is encoded by its representation).
+    :param listener: told of every decision (``_events``); its errors are only logged.
+    """
+
+    def __init__(
+        self,
+        options: LockOptions,
+        *,
+        home: Home,
+        verdicts: Verdicts,
+        where: tuple[object, str],
+        codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
+        listener: LockListener | None = None,
+    ) -> None:
+        self.options = options
+        self.codec_options = codec_options
+        self.events = Emitter(listener)
+        self.core = LockCore(
+            options.field,
+            options.rules,
+            home=home,
+            verdicts=verdicts,
+            max_holders=options.max_holders,
+            namespace=where[1],
+        )
+        self.ledger = Ledger()
+        self._where = where
+
+    def key_filter(self, key: object) -> dict[str, Any]:
+        """The filter of ``key``'s state document; refused before anything is sent."""
+        return self.core.home.key_filter(key)
+
+    def lifetime_ms(self, tag: str, lock_timeout: Duration | None) -> int:
+        """The lifetime a new ``tag`` lock is taken with, in ms."""
+        if lock_timeout is None:
+            return self.options.rules.lifetime_ms[tag]
+        return parse_lifetime_ms(lock_timeout, "lock_timeout")
+
+    def limit(self, timeout: Duration | None) -> float | None:
+        """The operation timeout in force: the call's, else the manager's."""
+        return self.options.timeout if timeout is None else parse_duration(timeout, "timeout")
+
+    def concern(self, w: int | str | None) -> int | str:
+        """The write concern in force: the call's, else the manager's."""
+        return self.options.w if w is None else parse_write_concern(w)
+
+    def locate(self, key: object, lock: Lock) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(user_filter, target)``: the key's filter, pinned to the lock's own document."""
+        user_filter = self.key_filter(key)
+        return user_filter, document_target(user_filter, lock.document_id, self.codec_options)
+
+    def mapped(self, err: LockError) -> BaseException:
+        """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
+
+        The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
+        through, keeps its own).
+        """
+        factory = self.options.error_factory
+        if factory is None:
+            return err
+        replacement = factory(err)
+        if replacement is not err:  # passed through: it keeps its own cause
+            replacement.__cause__ = err
+        return replacement
+
+    @staticmethod
+    def applied(result: object) -> bool:
+        """True when a guarded write's ``result`` shows it matched the document.
+
+        An ``UpdateResult`` by its ``matched_count``, a ``DeleteResult`` by its
+        ``deleted_count``, a ``find_one_and_*`` answer by not being ``None``.
+        """
+        if result is None:
+            return False
+        for counted in ("matched_count", "deleted_count"):
+            count = getattr(result, counted, None)
+            if count is not None:
+                return bool(count)
+        return True
+
+    def lost_write(self, key: object, lock: Lock) -> LockNotFound:
+        """The loss error for a guarded write of ``lock`` that matched nothing."""
+        return self.core.judge.lost(lock, self.key_filter(key), "write")
+
+    def guard(self, key: object, lock: object) -> dict[str, Any]:
+        """A filter matching ``lock``'s document only while it is held (nothing is sent)."""
+        held = check_lock(lock, self.options.rules, granted=True)
+        _, target = self.locate(key, held)
+        return self.core.guard(target, held)
+
+    def report_lost(
+        self, user_filter: dict[str, Any], lock: Lock, started: float, clock: Clock, err: LockError
+    ) -> None:
+        """Report ``lock`` as lost (the flow is re-raising ``err``)."""
+        duration = clock.monotonic() - started
+        self.events.emit(
+            "lost",
+            user_filter,
+            tag=lock.tag,
+            lock=lock,
+            outcome=err.code,
+            duration=duration,
+            error=err,
+        )
+
+    def ensure_indexes(self, timeout: Duration | None) -> Flow[None]:
+        """Create the TTL index of a named-lock collection now (idempotent)."""
+        try:
+            yield MakeTtlIndex(NAMED_FIELD, _indexes.TTL_INDEX, self.limit(timeout))
+        except PyMongoError as exc:
+            raise translate(exc, "ensure_indexes", None) from exc
+        _indexes.TTL_INDEXES.created(*self._where)
+
+    def index_once(self, limit: float | None) -> Flow[None]:
+        """Make sure of the TTL index after a grant (the collection exists by then)."""
+        if not _indexes.TTL_INDEXES.due(*self._where):
+            return
+        try:
+            yield from self.ensure_indexes(limit)
+        except LockError as err:
+            # The lock is already held: failing the acquire would leak it. An acquire tries
+            # again after INDEX_RETRY_SECONDS; ensure_indexes() reports the error.
+            retry = _indexes.INDEX_RETRY_SECONDS
+            first = _indexes.TTL_INDEXES.failed(*self._where, retry)
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "could not create the TTL index on %s (trying again in %.0f s; create it at "
+                "deployment with NamedLocks.ensure_indexes()): %s",
+                self._where[1],
+                retry,
+                err,
+            )
+
+
+def describe(options: LockOptions, full_name: str, cls: str) -> str:
+    """A manager's ``repr``: its class, collection, field and tags."""
+    return f"{cls}({full_name!r}, field={options.field!r}, tags={sorted(options.rules.tags)!r})"

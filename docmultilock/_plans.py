@@ -1,0 +1,266 @@
+"""Each lock command's plan: its command, and the reading of its reply into a Lock or an error.
+
+A plan is what ``_core`` returns for one operation: the :class:`~docmultilock._command.Command`
+a driver sends, and ``read``, which turns the reply (``None``, projected, or a stored image,
+``_reply``) into the outcome. The reading mirrors the pipeline's order of decisions
+(``_pipeline``), so client and server never disagree about an outcome. :class:`Judge` holds
+what every reading needs: the reply's shape, the tag table, and the errors of this
+manager's home and verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from docmultilock._acquiring import capped
+from docmultilock._command import Command, Filter, Home, Verdicts
+from docmultilock._layout import LAYOUT
+from docmultilock._lock import Lock, as_utc
+from docmultilock._reply import DOCUMENT_ID, Reply, ReplyShape
+from docmultilock._rules import TagRules
+from docmultilock.errors import (
+    AssertiveLock,
+    DbError,
+    IncompatibleLockField,
+    LockNotFound,
+    ResourceNotFound,
+    TooManyHolders,
+)
+
+__all__ = ["AcquirePlan", "DeletePlan", "ExtendPlan", "Judge", "ReleasePlan"]
+
+
+class Judge:
+    """What replies mean for one manager: its reply shape, tag table, home and verdicts."""
+
+    def __init__(
+        self,
+        shape: ReplyShape,
+        rules: TagRules,
+        *,
+        home: Home,
+        verdicts: Verdicts,
+        max_holders: int,
+        namespace: str = "",
+    ) -> None:
+        self.shape = shape
+        self.rules = rules
+        self.home = home
+        self.verdicts = verdicts
+        self.max_holders = max_holders
+        #: The collection's full name (``db.collection``), for the errors that name it.
+        self.namespace = namespace
+
+    def read(
+        self,
+        reply: Mapping[str, Any] | None,
+        user_filter: Filter,
+        lock: Lock | None,
+        doing: str,
+        lock_id: str | None = None,
+    ) -> Reply:
+        """Read a reply to acquire, release or extend of entry ``lock_id``; ``None``: no match.
+
+        Their pipelines fail the command on a field that is not ours, so a reply is always
+        about one that is. A named lock's document is missing only once nobody holds the
+        name, so for ``lock`` that is a loss, never :class:`ResourceNotFound`.
+        """
+        if reply is None:
+            self.absent(user_filter, lock, doing)
+            raise self.not_found(user_filter)  # a name nobody holds, where one was needed
+        return self.shape.read(reply, lock_id)
+
+    def read_checked(
+        self, reply: Mapping[str, Any] | None, user_filter: Filter, doing: str
+    ) -> Reply:
+        """Read a reply of ``shape.checked``'s projection, checked against the layout.
+
+        For the commands that read a field without failing on a foreign one (``inspect``,
+        ``break_lock``). ``None`` means no document matched.
+        """
+        if reply is not None and self.shape.foreign(reply):
+            raise IncompatibleLockField(
+                f"field {self.shape.field!r} of document {reply.get(DOCUMENT_ID)!r} holds data "
+                f"docmultilock does not own (type {reply.get('t')!r}, version "
+                f"{reply.get('v')!r}; docmultilock writes {LAYOUT}); nothing was written",
+                filter=user_filter,
+            )
+        return self.read(reply, user_filter, None, doing)
+
+    def absent(self, user_filter: Filter, lock: Lock | None = None, doing: str = "") -> None:
+        """Judge a reply of no document; return when it means nobody holds the key.
+
+        A named lock's document exists only while someone holds the name, so its absence
+        is an empty lock (and a loss of ``lock``, if one was held on it); a user's document
+        that is missing is :class:`ResourceNotFound`.
+        """
+        if not self.home.on_demand:
+            raise self.not_found(user_filter)
+        if lock is not None:
+            raise self.lost(lock, user_filter, doing)
+
+    def not_found(self, user_filter: Filter) -> ResourceNotFound:
+        """The error for a filter no document matches, naming the collection searched.
+
+        The collection is named so that a typo in its name does not pass for a wrong
+        ``_id``.
+        """
+        where = f" in {self.namespace}" if self.namespace else ""
+        return ResourceNotFound(
+            f"no document{where} matches the filter {dict(user_filter)!r}", filter=user_filter
+        )
+
+    def to_lock(self, entry: Mapping[str, Any], document_id: Any) -> Lock:
+        """Turn our stored entry into a :class:`Lock`."""
+        return Lock(
+            id=entry["id"],
+            tag=entry["tag"],
+            document_id=document_id,
+            acquired_at=as_utc(entry["acquired"]),
+            expires_at=as_utc(entry["expires"]),
+            fence=int(entry["fence"]),
+            pending=bool(entry["pending"]),
+        )
+
+    def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
+        """The error for a lock that is no longer on its document."""
+        return self.verdicts.lost(
+            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self.home.noun} "
+            f"{lock.document_id!r}: it was already released (a second release of a lock "
+            "raises this), or it expired, or an operator broke it, and another holder may "
+            "have it now",
+            filter=user_filter,
+            lock=lock,
+        )
+
+
+class AcquirePlan(NamedTuple):
+    """An acquisition: its command, and how to read the reply (mirrors the pipeline's order)."""
+
+    judge: Judge
+    command: Command
+    user_filter: Filter
+    tag: str
+    #: The entry's id: a new one, or the continued lock's.
+    lock_id: str
+    continuing: Lock | None
+    fair: bool = False
+    #: Whether the reply lists the stored tags; when not, every entry is of ``tag``.
+    listed: bool = True
+
+    def read(self, reply: Mapping[str, Any] | None) -> Lock:
+        """Return the granted lock, or raise the error that describes the outcome."""
+        judge = self.judge
+        if reply is None and judge.home.on_demand and self.continuing is None:
+            # Only after an upsert that lost a race (see ``_driver.upsert_reply``) and a
+            # document deleted again before it could be read: a grant or a pending entry of
+            # ours would have kept it, so the holder we met released meanwhile.
+            raise judge.verdicts.refused(
+                f"cannot lock {self.tag!r} on name {self.user_filter.get('_id')!r}: another "
+                "holder had it (and has released it since; try again)",
+                filter=self.user_filter,
+                blocking_tags=(),
+            )
+        # A retried acquisition answered with the post-image (``_reply``) was applied: the
+        # image holds our entry if it was granted or recorded pending, and the tags in the
+        # way otherwise, exactly as the projection would have.
+        state = judge.read(reply, self.user_filter, self.continuing, "continue", self.lock_id)
+        tags = state.tags if self.listed else frozenset((self.tag,))
+        if state.mine is not None and state.mine.get("tag") != self.tag:
+            # Only a continued lock can meet its id under another tag: one a client edited.
+            raise judge.lost(self.continuing or _unreachable(), self.user_filter, "continue")
+        if state.mine is not None:
+            lock = judge.to_lock(state.mine, state.document_id)
+            if not lock.pending:
+                return lock
+            drains = judge.rules.assertive[self.tag]
+            if self.fair:  # in line: behind every tag in the way, cooperative ones too
+                drains = drains | judge.rules.cooperative[self.tag]
+            waiting = tuple(sorted(tags & drains))
+            raise AssertiveLock(
+                f"lock {lock.id} ({self.tag!r}) is pending on {judge.home.noun} "
+                f"{state.document_id!r} until these tags drain: {', '.join(waiting)}; call "
+                "acquire(filter, lock=...) again to keep waiting",
+                filter=self.user_filter,
+                lock=lock,
+                blocking_tags=waiting,
+            )
+        blocking = tuple(sorted(tags & judge.rules.cooperative[self.tag]))
+        if blocking:
+            raise judge.verdicts.refused(
+                f"cannot lock {self.tag!r} on {judge.home.noun} {state.document_id!r}: held or "
+                f"pending by {', '.join(blocking)}",
+                filter=self.user_filter,
+                blocking_tags=blocking,
+                document_id=state.document_id,
+            )
+        if self.continuing is not None:
+            raise judge.lost(self.continuing, self.user_filter, "continue")
+        if capped(judge.rules, self.tag):
+            raise TooManyHolders(
+                f"cannot lock {self.tag!r} on {judge.home.noun} {state.document_id!r}: it already "
+                f"has {judge.max_holders} holders and pending locks, the most it takes",
+                filter=self.user_filter,
+                limit=judge.max_holders,
+            )
+        raise DbError(  # pragma: no cover - the pipeline always records a fresh acquisition
+            f"the server answered an acquisition on {judge.home.noun} {state.document_id!r} "
+            "without recording it or naming a conflict",
+            filter=self.user_filter,
+        )
+
+
+class ReleasePlan(NamedTuple):
+    """A release: the reply is the state *before* the write."""
+
+    judge: Judge
+    command: Command
+    user_filter: Filter
+    lock: Lock
+
+    def read(self, reply: Mapping[str, Any] | None) -> None:
+        """Return quietly if our entry was there (live or expired); raise the loss otherwise."""
+        # A retried release answered with the pre-image (``_reply``) was applied: our entry
+        # in it means the lock was ours when it was removed.
+        state = self.judge.read(reply, self.user_filter, self.lock, "release", self.lock.id)
+        if state.mine is None:
+            raise self.judge.lost(self.lock, self.user_filter, "release")
+
+
+class ExtendPlan(NamedTuple):
+    """An extension: the reply is the state after the write."""
+
+    judge: Judge
+    command: Command
+    user_filter: Filter
+    lock: Lock
+
+    def read(self, reply: Mapping[str, Any] | None) -> Lock:
+        """Return the lock with its new expiry, or raise the loss when it is not held."""
+        # A retried extension answered with the post-image (``_reply``) shows our entry
+        # with the expiry the applied attempt gave it.
+        state = self.judge.read(reply, self.user_filter, self.lock, "extend", self.lock.id)
+        mine = state.mine
+        if mine is None or mine.get("pending") or mine.get("tag") != self.lock.tag:
+            raise self.judge.lost(self.lock, self.user_filter, "extend")
+        return self.judge.to_lock(mine, state.document_id)
+
+
+def _unreachable() -> Lock:  # pragma: no cover - a fresh lock id is never stored already
+    raise DbError("the server answered a fresh acquisition with an entry of another tag")
+
+
+class DeletePlan(NamedTuple):
+    """Deleting a named lock's document as its release: the reply is the deleted document."""
+
+    command: Command
+
+    def read(self, reply: Mapping[str, Any] | None) -> bool:
+        """True when the document was deleted (released); false to fall back to an update.
+
+        A retried delete is answered with the deleted document's whole pre-image
+        (``_reply``): any document at all means it was deleted, and the delete's condition
+        required our entry.
+        """
+        return reply is not None
