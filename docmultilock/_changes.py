@@ -42,6 +42,8 @@ from typing import Any, NamedTuple
 from bson import encode
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 
+from docmultilock._rules import TagRules
+
 __all__ = ["ANY_GRANTED", "MAX_AWAIT_MS", "Blockers", "Interest", "Interests", "stream_pipeline"]
 
 #: How long the server holds a getMore open on an idle stream; a new waiter's document
@@ -75,8 +77,10 @@ class Blockers(NamedTuple):
     pending: frozenset[str] = frozenset()
 
     @staticmethod
-    def of_tag(cooperative: frozenset[str], assertive: frozenset[str]) -> Blockers:
-        return Blockers(cooperative | assertive, cooperative)
+    def of_tag(rules: TagRules, tag: str) -> Blockers:
+        """What keeps a waiter of ``tag`` out, as the table says (``TagRules.in_the_way``)."""
+        granted, pending = rules.in_the_way(tag)
+        return Blockers(granted, pending)
 
 
 #: Any granted entry keeps the waiter out (what a waiter that says no more is told).

@@ -10,17 +10,20 @@ the lifetime, a monotonic estimate still says "held" about a lock that expired m
 
 Read it through :func:`now` at call time (never bind ``time.clock_gettime`` at import), so
 that a test can stand in for the system clocks.
+
+:class:`Clock` is the one clock type: where flows, ``hold()`` and the keep-alive read time
+and draw jitter, and where drivers sleep, injected as one value and replaced in tests.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-__all__ = ["Clock", "now"]
-
-#: Seconds on a clock that never steps back; only differences mean anything.
-Clock = Callable[[], float]
+__all__ = ["SYSTEM_CLOCK", "Clock", "now"]
 
 _BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
@@ -30,3 +33,26 @@ def now() -> float:
     if _BOOTTIME is None:  # pragma: no cover - Linux has it
         return time.monotonic()
     return time.clock_gettime(_BOOTTIME)
+
+
+async def _asyncio_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Where flows read time and draw jitter, and where drivers sleep; replaced in tests.
+
+    ``monotonic`` measures every local duration (deadlines, backoff, expiry estimates) on
+    a clock that counts suspended time (:func:`now`); expiry itself is always the server's
+    clock. ``sleep`` serves the sync driver, ``asleep`` the async one.
+    """
+
+    monotonic: Callable[[], float] = now
+    sleep: Callable[[float], object] = time.sleep
+    asleep: Callable[[float], Awaitable[object]] = _asyncio_sleep
+    uniform: Callable[[float, float], float] = random.uniform
+
+
+#: The real clock.
+SYSTEM_CLOCK = Clock()

@@ -17,19 +17,16 @@ answered nothing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bson.errors import InvalidDocument
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from docmultilock import _clock
 from docmultilock._changes import ANY_GRANTED, Blockers
+from docmultilock._clock import SYSTEM_CLOCK, Clock
 from docmultilock._command import Command
 from docmultilock._failures import is_transient, translate
 from docmultilock.errors import InvalidArgument
@@ -171,30 +168,6 @@ Effect = (
 
 #: A flow: yields effects, is sent their results, returns ``T``.
 Flow = Generator[Effect, Any, T]
-
-
-async def _asyncio_sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Clock:
-    """Where flows read time and draw jitter, and where drivers sleep; replaced in tests.
-
-    ``monotonic`` measures every local duration (deadlines, backoff, expiry estimates) on
-    a clock that counts suspended time (``_clock``); expiry itself is always the server's
-    clock. ``sleep`` serves the sync driver,
-    ``asleep`` the async one.
-    """
-
-    monotonic: Callable[[], float] = _clock.now
-    sleep: Callable[[float], object] = time.sleep
-    asleep: Callable[[float], Awaitable[object]] = _asyncio_sleep
-    uniform: Callable[[float, float], float] = random.uniform
-
-
-#: The real clock.
-SYSTEM_CLOCK = Clock()
 
 
 def retry_pause(attempt: int) -> float:

@@ -239,7 +239,7 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                         document_id,
                         ops.core.field,
                         _exclusive(ops, spec.tag),
-                        Blockers.of_tag(rules.cooperative[spec.tag], rules.assertive[spec.tag]),
+                        Blockers.of_tag(rules, spec.tag),
                         entry,
                         spec.fair,
                     )

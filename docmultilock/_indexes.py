@@ -10,9 +10,9 @@ refused attempt each time.
 from __future__ import annotations
 
 import threading
-import time
 import weakref
-from collections.abc import Callable
+
+from docmultilock._clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["INDEX_RETRY_SECONDS", "TTL_INDEX", "TtlIndexes"]
 
@@ -26,7 +26,7 @@ INDEX_RETRY_SECONDS = 600.0
 class TtlIndexes:
     """Per client (held weakly), the collections indexed, and those whose creation failed."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._done: weakref.WeakKeyDictionary[object, set[str]] = weakref.WeakKeyDictionary()
         self._retry_at: weakref.WeakKeyDictionary[object, dict[str, float]] = (
@@ -40,7 +40,7 @@ class TtlIndexes:
             if name in self._done.get(client, ()):
                 return False
             retry_at = self._retry_at.get(client, {}).get(name)
-            return retry_at is None or self._clock() >= retry_at
+            return retry_at is None or self._clock.monotonic() >= retry_at
 
     def created(self, client: object, name: str) -> None:
         """Record that ``name`` has its index."""
@@ -53,7 +53,7 @@ class TtlIndexes:
         with self._guard:
             retries = self._retry_at.setdefault(client, {})
             first = name not in retries
-            retries[name] = self._clock() + retry_after
+            retries[name] = self._clock.monotonic() + retry_after
             return first
 
 

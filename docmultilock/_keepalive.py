@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from docmultilock import _clock
+from docmultilock._clock import SYSTEM_CLOCK, Clock
 from docmultilock._concurrency import PerLoop, PerProcess, async_start, start
 from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
 
@@ -69,7 +69,7 @@ class Job:
 class Extender:
     """Runs the keep-alive schedule on a coordinator thread and a pool of worker threads."""
 
-    def __init__(self, clock: _clock.Clock = _clock.now, slots: int = SLOTS) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, slots: int = SLOTS) -> None:
         self._clock = clock
         self._slots = slots
         self._reset()
@@ -135,7 +135,7 @@ class Extender:
         with self._lock:
             try:
                 while True:
-                    decision = self._schedule.next(self._clock())
+                    decision = self._schedule.next(self._clock.monotonic())
                     if isinstance(decision, Start):
                         self._handoff.append((decision.job, decision.limit))
                         if self._idle < len(self._handoff) and len(self._workers) < self._slots:
@@ -148,7 +148,11 @@ class Extender:
                         self._telling = None
                         self._done.notify_all()
                     elif isinstance(decision, Wait):
-                        left = None if decision.until is None else decision.until - self._clock()
+                        left = (
+                            None
+                            if decision.until is None
+                            else decision.until - self._clock.monotonic()
+                        )
                         self._changed.wait(None if left is None else max(left, 0.0))
                     else:
                         # Decided under the lock: an add() from now on starts a new one.
@@ -168,7 +172,7 @@ class Extender:
                     estimate = None
                     if self._schedule.kept(job):  # not removed while it waited for a worker
                         estimate = self._unlocked(functools.partial(_safely, job.extend, limit))
-                    self._schedule.finished(job, estimate, self._clock())
+                    self._schedule.finished(job, estimate, self._clock.monotonic())
                     self._done.notify_all()
                     self._changed.notify()
             finally:
@@ -220,7 +224,7 @@ class AsyncExtender:
     that finished).
     """
 
-    def __init__(self, clock: _clock.Clock = _clock.now, slots: int = SLOTS) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, slots: int = SLOTS) -> None:
         self._clock = clock
         self._schedule: Schedule[AsyncJob] = Schedule(slots)
         self._changed = asyncio.Event()
@@ -260,7 +264,7 @@ class AsyncExtender:
     async def _coordinate(self) -> None:
         try:
             while True:
-                decision = self._schedule.next(self._clock())
+                decision = self._schedule.next(self._clock.monotonic())
                 if isinstance(decision, Start):
                     task = asyncio.get_running_loop().create_task(
                         self._extend(decision.job, decision.limit), name=EXTENSION_NAME
@@ -274,7 +278,9 @@ class AsyncExtender:
                     self._changed.set()
                 elif isinstance(decision, Wait):
                     self._changed.clear()
-                    left = None if decision.until is None else decision.until - self._clock()
+                    left = (
+                        None if decision.until is None else decision.until - self._clock.monotonic()
+                    )
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(
                             self._changed.wait(), None if left is None else max(left, 0.0)
@@ -306,7 +312,7 @@ class AsyncExtender:
             self._schedule.unanswered(job)
         else:
             estimate = None if task.exception() is not None else task.result()
-            self._schedule.finished(job, estimate, self._clock())
+            self._schedule.finished(job, estimate, self._clock.monotonic())
         self._changed.set()
 
 

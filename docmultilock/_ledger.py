@@ -9,11 +9,10 @@ retried after a lost reply finds its entry gone; the :class:`Ledger` lets the re
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from docmultilock._clock import SYSTEM_CLOCK, Clock
 from docmultilock._lock import Lock
 
 __all__ = ["Ledger"]
@@ -43,7 +42,7 @@ class Ledger:
     nothing here); thread-safe.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._records: dict[str, _Record] = {}
         self._added = 0
@@ -53,7 +52,7 @@ class Ledger:
         """Record ``lock`` as the server just answered it (granted, pending or extended)."""
         life = (lock.expires_at - lock.acquired_at).total_seconds()
         with self._guard:
-            now = self._clock()
+            now = self._clock.monotonic()
             old = self._records.get(lock.id)
             self._records[lock.id] = _Record(
                 lock.expires_at, now + life, unsure=old is not None and old.unsure

@@ -37,9 +37,7 @@ from docmultilock.errors import (
     LockError,
     LockNotFound,
 )
-from docmultilock.options import (
-    Duration,
-)
+from docmultilock.options import Duration
 
 __all__ = ["LockFlows"]
 

@@ -9,18 +9,11 @@ from __future__ import annotations
 import logging
 
 from docmultilock._args import check_tag
-from docmultilock._flows import (
-    Clock,
-    Flow,
-    aggregate,
-    send,
-)
+from docmultilock._flows import Clock, Flow, aggregate, send
 from docmultilock._inspection import BreakPlan, InspectPlan, break_mode
 from docmultilock._operating import Operating, new_lock_id
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-from docmultilock.options import (
-    Duration,
-)
+from docmultilock.options import Duration
 
 __all__ = ["ReadFlows"]
 

@@ -40,6 +40,19 @@ class TagRules:
         """Every declared tag."""
         return frozenset(self.lifetime_ms)
 
+    def in_the_way(self, tag: str) -> tuple[frozenset[str], frozenset[str]]:
+        """``(granted, pending)``: the tags whose entries keep a new ``tag`` from progress.
+
+        The first are the tags whose granted entries do, the second those whose pending
+        entries do. What the server decides (``_acquiring``), from the same table: a live entry of a
+        tag ``tag`` is cooperative with, granted or pending, refuses it; a granted one of a
+        tag it is assertive with makes it wait (a pending one of those only puts it in line
+        beside them, which is progress). The wake-up decision (``_changes.Blockers``) reads
+        this, so a waiter is woken exactly when its next attempt is not refused outright.
+        """
+        cooperative, assertive = self.cooperative[tag], self.assertive[tag]
+        return cooperative | assertive, cooperative
+
 
 def check_relationships(
     tags: Iterable[str], relationships: Mapping[str, Mapping[str, Iterable[str]]]

@@ -25,6 +25,7 @@ from docmultilock import (
 )
 from docmultilock._changes import Blockers, Interest, Interests, stream_pipeline
 from docmultilock._flows import Clock
+from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock._wakeup import WATCHERS, AsyncWatchers
 from tests.flavours import MakeLock, Twins
 from tests.helpers import stored_lock, wait_until
@@ -504,8 +505,8 @@ def _stream_operations() -> list[str]:
     return list(match["operationType"]["$in"])
 
 
-READER = Blockers.of_tag(frozenset({"write"}), frozenset())
-WRITER = Blockers.of_tag(frozenset({"write"}), frozenset({"read"}))
+READER = Blockers.of_tag(build_rules(READ_WRITE, {}, 1), "read")
+WRITER = Blockers.of_tag(build_rules(READ_WRITE, {}, 1), "write")
 
 
 def test_a_reader_refused_by_a_pending_writer_is_woken_when_it_gives_up() -> None:
@@ -531,7 +532,7 @@ def test_a_pending_writer_is_woken_once_the_readers_drained() -> None:
 
 def test_a_waiter_refused_by_a_fair_line_is_not_woken_while_the_line_waits() -> None:
     # A non-fair newcomer would only be refused again: the line's entries are pending.
-    newcomer = Interest(1, True, lambda: None, Blockers.of_tag(frozenset({"write"}), frozenset()))
+    newcomer = Interest(1, True, lambda: None, READER)
     _interests(newcomer).dispatch(_change(("a", True), ("b", True)))
     assert not newcomer.woken
 
@@ -569,7 +570,8 @@ def test_a_fair_writer_behind_a_fair_reader_waits_for_it() -> None:
 def test_one_wake_per_release_goes_to_each_tag_that_excludes_itself() -> None:
     # Two self-exclusive tags that do not conflict (a custom table): one release may let
     # a waiter of each in.
-    imports, exports = (Blockers.of_tag(frozenset({t}), frozenset()) for t in ("import", "export"))
+    apart = build_rules({t: {"cooperative": [t]} for t in ("import", "export")}, {}, 1)
+    imports, exports = (Blockers.of_tag(apart, t) for t in ("import", "export"))
     first, second, other = (
         Interest(1, True, lambda: None, imports),
         Interest(1, True, lambda: None, imports),
