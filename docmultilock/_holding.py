@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from docmultilock._args import tag_or_only
+from docmultilock._calls import Call
 from docmultilock._changes import Blockers
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
 from docmultilock._lock import Lock
@@ -41,7 +41,7 @@ from docmultilock.errors import (
     LockNotFound,
     LockTimeout,
 )
-from docmultilock.options import Duration, parse_duration, parse_write_concern
+from docmultilock.options import parse_duration
 
 __all__ = [
     "SAFETY_NET",
@@ -77,22 +77,28 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True)
 class HoldSpec:
-    """Validated arguments of one ``hold()`` call."""
+    """Validated arguments of one ``hold()`` call: its acquisition's call, and the rest."""
 
-    key: Any
-    tag: str
+    call: Call  # the acquisition's, parsed once; continued and renewed with ``_replace``
     wait: float | None
     backoff: Backoff
     keepalive: bool
     every: float
     lifetime: float
     on_lost: OnLost | None
-    lock_timeout: Duration | None
-    timeout: float | None  # per-call override; None means the manager's default
-    op_timeout: float | None  # the one in force (None: no limit)
-    w: int | str | None
     wake: bool = True  # wait for change events (True), or poll only
     fair: bool = False  # hold a place in line while waiting
+
+    @property
+    def key(self) -> Any:
+        """What the caller passed: a filter, or a name."""
+        return self.call.key
+
+    @property
+    def tag(self) -> str:
+        """The lock's tag."""
+        assert self.call.tag is not None, "hold() acquires a tag"
+        return self.call.tag
 
 
 #: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
@@ -118,28 +124,29 @@ def _check_backoff(value: object) -> Backoff:
 
 def plan_hold(
     ops: LockOperations,
-    key: object,
+    call: Call,
     *,
-    tag: object,
     wait: object,
     backoff: object,
     keepalive: object,
     extend_every: object,
     on_lost: object,
-    lock_timeout: Duration | None,
-    timeout: object,
-    w: object,
     wake: object = "changes",
     fair: object = False,
 ) -> HoldSpec:
-    """Check every argument of ``hold()``; raise :class:`InvalidArgument` before any write."""
+    """Check the rest of ``hold()``'s arguments (``call``, its acquisition's, is checked).
+
+    Raises :class:`InvalidArgument` before any write.
+    """
     if wake not in WAKE_MODES:
         raise InvalidArgument(f"wake must be one of {', '.join(WAKE_MODES)}, not {wake!r}")
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be True or False, not {fair!r}")
-    ops.key_filter(key)
-    tag = tag_or_only(tag, ops.options.rules)
-    lifetime = ops.lifetime_ms(tag, lock_timeout) / 1000
+    assert call.tag is not None, "hold() acquires a tag"
+    lifetime_ms = call.lifetime_ms
+    if lifetime_ms is None:
+        lifetime_ms = ops.options.rules.lifetime_ms[call.tag]
+    lifetime = lifetime_ms / 1000
     if not isinstance(keepalive, bool):
         raise InvalidArgument(f"keepalive must be True or False, not {keepalive!r}")
     every = lifetime / 3
@@ -152,20 +159,14 @@ def plan_hold(
             )
     if on_lost is not None and not callable(on_lost):
         raise InvalidArgument(f"on_lost must be callable or None, not {type(on_lost).__name__}")
-    per_call = None if timeout is None else parse_duration(timeout, "timeout")
     return HoldSpec(
-        key=key,
-        tag=tag,
+        call=call,
         wait=None if wait is None else parse_duration(wait, "wait"),
         backoff=_check_backoff(backoff),
         keepalive=keepalive,
         every=every,
         lifetime=lifetime,
         on_lost=on_lost,
-        lock_timeout=lock_timeout,
-        timeout=per_call,
-        op_timeout=ops.options.timeout if per_call is None else per_call,
-        w=None if w is None else parse_write_concern(w),
         wake=wake == "changes",
         # A single try (wait=None) has no line to stand in: it refuses as ever.
         fair=fair and wait is not None,
@@ -184,6 +185,7 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
     :raises LockConflict: refused, with ``wait=None``.
     """
     started = clock.monotonic()
+    call = spec.call
     pending: Lock | None = None
     watch: Any = None  # the change-stream watch, once the refusing document is known
     wake = spec.wake
@@ -194,17 +196,9 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
             attempts += 1
             sent = clock.monotonic()
             try:
-                tag = None if pending is not None else spec.tag
-                lock = yield from ops.acquire(
-                    spec.key,
-                    tag,
-                    pending,
-                    spec.lock_timeout,
-                    spec.timeout,
-                    spec.w,
-                    clock,
-                    spec.fair,
-                )
+                # A pending entry is continued under its own id, parsed already.
+                attempt = call if pending is None else call._replace(tag=None, lock=pending)
+                lock = yield from ops.acquire(attempt, clock=clock, fair=spec.fair)
             except AssertiveLock as err:
                 pending, last = err.lock, err  # continue it: a restart would lose its place
             except CooperativeLock as err:
@@ -262,7 +256,7 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
             # Never leave a pending entry behind: it refuses every newcomer until it lapses.
             # This also runs for a cancellation (or KeyboardInterrupt) thrown in at a yield.
             try:
-                yield from ops.release(spec.key, pending, spec.timeout, spec.w, clock)
+                yield from ops.release(call._replace(tag=None, lock=pending), clock=clock)
             except LockError as err:
                 log.warning("could not release pending lock %s: %s", pending.id, err)
         raise
@@ -327,15 +321,13 @@ class Holding:
 
 
 def extend_flow(
-    ops: LockOperations, holding: Holding, timeout: float | None, clock: Clock
+    ops: LockOperations, holding: Holding, *, timeout: float | None, clock: Clock
 ) -> Flow[LockError | None]:
     """Extend once and update the estimate; the error that tells the lock is lost, if any."""
-    spec = holding.spec
     sent = clock.monotonic()
+    call = holding.spec.call._replace(tag=None, lock=holding.lock, limit=timeout)
     try:
-        lock = yield from ops.extend(
-            spec.key, holding.lock, spec.lock_timeout, timeout, spec.w, clock
-        )
+        lock = yield from ops.extend(call, clock=clock)
     except LockError as err:
         return err
     holding.renewed(lock, sent)
@@ -343,16 +335,16 @@ def extend_flow(
 
 
 def renew_flow(
-    ops: LockOperations, holding: Holding, limit: float, clock: Clock
+    ops: LockOperations, holding: Holding, *, limit: float, clock: Clock
 ) -> Flow[LockError | None]:
     """One keep-alive extension, within ``limit`` seconds (what is left of the estimate).
 
     Past the estimate the answer cannot save the lock, so a stalled server costs this lock
     and holds the keep-alive no longer.
     """
-    if holding.spec.op_timeout is not None:
-        limit = min(limit, holding.spec.op_timeout)
-    return (yield from extend_flow(ops, holding, limit, clock))
+    if holding.spec.call.limit is not None:
+        limit = min(limit, holding.spec.call.limit)
+    return (yield from extend_flow(ops, holding, timeout=limit, clock=clock))
 
 
 def release_flow(
@@ -367,9 +359,9 @@ def release_flow(
     spec = holding.spec
     lost: LockError | None = None
     if not quiet and holding.error is None and clock.monotonic() >= holding.expires:
-        lost = yield from extend_flow(ops, holding, spec.timeout, clock)
+        lost = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
     try:
-        yield from ops.release(spec.key, holding.lock, spec.timeout, spec.w, clock)
+        yield from ops.release(spec.call._replace(tag=None, lock=holding.lock), clock=clock)
     except LockNotFound as err:
         lost = lost or err
     except LockError as err:

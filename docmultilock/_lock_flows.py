@@ -14,7 +14,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from docmultilock._args import check_lock, document_target, tag_or_only
+from docmultilock._calls import Call
 from docmultilock._command import Command
 from docmultilock._events import EventKind
 from docmultilock._failures import translate
@@ -33,11 +33,9 @@ from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
     DbError,
-    InvalidArgument,
     LockError,
     LockNotFound,
 )
-from docmultilock.options import Duration
 
 __all__ = ["LockFlows"]
 
@@ -47,46 +45,27 @@ log = logging.getLogger("docmultilock")
 class LockFlows(Operating):
     """Acquire, release and extend as flows (see :class:`~docmultilock._operating.Operating`)."""
 
-    def acquire(
-        self,
-        key: object,
-        tag: object,
-        lock: object,
-        lock_timeout: Duration | None,
-        timeout: Duration | None,
-        w: int | str | None,
-        clock: Clock,
-        fair: bool = False,
-    ) -> Flow[Lock]:
-        """Acquire ``tag`` on ``key``, or continue the pending ``lock``; one command.
+    def acquire(self, call: Call, *, clock: Clock, fair: bool = False) -> Flow[Lock]:
+        """Acquire ``call.tag`` on its key, or continue the pending ``call.lock``; one command.
 
         With ``fair`` (``hold(fair=True)``), a refusal holds a place in line: a pending
         entry, raised as :class:`AssertiveLock` to be continued.
         """
-        rules = self.options.rules
-        user_filter = target = self.key_filter(key)
-        if tag is not None and lock is not None:
-            raise InvalidArgument(
-                "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
-            )
-        pending: Lock | None = None
-        if lock is not None:
-            pending = check_lock(lock, rules)
-            name = pending.tag
-            target = document_target(user_filter, pending.document_id, self.codec_options)
-        else:
-            name = tag_or_only(tag, rules)
+        pending = call.lock
+        user_filter, target = call.user_filter, self.target(call)
+        name = pending.tag if pending is not None else call.tag
+        assert name is not None, "a new lock's call names its tag"
         lock_id = new_lock_id() if pending is None else pending.id
         plan = self.core.acquire(
             target,
             user_filter=user_filter,
             tag=name,
             lock_id=lock_id,
-            lifetime_ms=None if lock_timeout is None else self.lifetime_ms(name, lock_timeout),
+            lifetime_ms=call.lifetime_ms,
             continuing=pending,
             fair=fair,
         )
-        limit, concern = self.limit(timeout), self.concern(w)
+        limit, concern = call.limit, call.concern
         started = clock.monotonic()
         try:
             reply = yield from send(
@@ -106,7 +85,7 @@ class LockFlows(Operating):
             # grant: it may be applied, under an id nobody will ever hold. A continued
             # lock's caller keeps its id (and hold() releases it); a new one is withdrawn.
             if pending is None and _interrupted(exc):
-                yield from self._withdraw(target, user_filter, lock_id, limit, concern, clock)
+                yield from self._withdraw(call, lock_id, clock=clock)
             raise
         return granted
 
@@ -140,15 +119,7 @@ class LockFlows(Operating):
         )
         return granted
 
-    def _withdraw(
-        self,
-        target: dict[str, Any],
-        user_filter: dict[str, Any],
-        lock_id: str,
-        limit: float | None,
-        concern: int | str,
-        clock: Clock,
-    ) -> Flow[None]:
+    def _withdraw(self, call: Call, lock_id: str, *, clock: Clock) -> Flow[None]:
         """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
 
         Best effort, never raising a LockError: the entry lapses with its lifetime anyway.
@@ -156,11 +127,15 @@ class LockFlows(Operating):
         cannot be waited for: the caller is going away), and its entry then holds until
         its lifetime runs out, as a crashed holder's does.
         """
-        command = self.core.withdrawal(target, user_filter=user_filter, lock_id=lock_id)
+        command = self.core.withdrawal(
+            self.target(call), user_filter=call.user_filter, lock_id=lock_id
+        )
         # Bounded even without an operation timeout: the caller is on its way out.
-        limit = CLEANUP_LIMIT if limit is None else limit
+        limit = CLEANUP_LIMIT if call.limit is None else call.limit
         try:
-            reply = yield from send(command, doing="release", w=concern, limit=limit, clock=clock)
+            reply = yield from send(
+                command, doing="release", w=call.concern, limit=limit, clock=clock
+            )
         except LockError as err:
             log.warning("could not withdraw the interrupted acquisition %s: %s", lock_id, err)
             return
@@ -169,18 +144,12 @@ class LockFlows(Operating):
         else:
             log.debug("withdrew the entry of the interrupted acquisition %s", lock_id)
 
-    def release(
-        self,
-        key: object,
-        lock: object,
-        timeout: Duration | None,
-        w: int | str | None,
-        clock: Clock,
-    ) -> Flow[None]:
-        """Release ``lock``; a release whose earlier reply was lost is judged by the ledger."""
-        held = check_lock(lock, self.options.rules)
-        user_filter, target = self.locate(key, held)
-        limit, concern = self.limit(timeout), self.concern(w)
+    def release(self, call: Call, *, clock: Clock) -> Flow[None]:
+        """Release ``call.lock``; a release whose earlier reply was lost is judged by the ledger."""
+        held = call.lock
+        assert held is not None, "a release's call names its lock"
+        user_filter, target = call.user_filter, self.target(call)
+        limit, concern = call.limit, call.concern
         ledger = self.ledger
         sent = Sent(unsure=ledger.was_unsure(held.id))
         started = clock.monotonic()
@@ -241,30 +210,20 @@ class LockFlows(Operating):
             raise translate(exc, "release", None) from exc
         return bool(now < expires_at)
 
-    def extend(
-        self,
-        key: object,
-        lock: object,
-        lock_timeout: Duration | None,
-        timeout: Duration | None,
-        w: int | str | None,
-        clock: Clock,
-    ) -> Flow[Lock]:
-        """Push ``lock``'s expiry to server-now plus its lifetime (or ``lock_timeout``)."""
-        held = check_lock(lock, self.options.rules, granted=True)
-        user_filter, target = self.locate(key, held)
+    def extend(self, call: Call, *, clock: Clock) -> Flow[Lock]:
+        """Push ``call.lock``'s expiry to server-now plus its lifetime (or ``call``'s)."""
+        held = call.lock
+        assert held is not None, "an extension's call names its lock"
+        user_filter = call.user_filter
         plan = self.core.extend(
-            target,
-            user_filter=user_filter,
-            lock=held,
-            lifetime_ms=None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
+            self.target(call), user_filter=user_filter, lock=held, lifetime_ms=call.lifetime_ms
         )
         started = clock.monotonic()
         reply = yield from send(
             plan.command,
             doing="extend",
-            w=self.concern(w),
-            limit=self.limit(timeout),
+            w=call.concern,
+            limit=call.limit,
             clock=clock,
             on_retry=self.events.retrying(user_filter, held.tag, started, clock.monotonic),
         )

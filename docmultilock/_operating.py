@@ -17,7 +17,8 @@ from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
-from docmultilock._args import check_lock, document_target
+from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
+from docmultilock._calls import Call
 from docmultilock._command import Home, Verdicts
 from docmultilock._core import LockCore
 from docmultilock._events import Emitter, LockListener
@@ -27,12 +28,10 @@ from docmultilock._flows import (
     Flow,
     MakeTtlIndex,
 )
+from docmultilock._inspection import break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
-from docmultilock.errors import (
-    LockError,
-    LockNotFound,
-)
+from docmultilock.errors import InvalidArgument, LockError, LockNotFound
 from docmultilock.options import (
     Duration,
     LockOptions,
@@ -106,24 +105,89 @@ class Operating:
         """The write concern in force: the call's, else the manager's."""
         return self.options.w if w is None else parse_write_concern(w)
 
-    def locate(self, key: object, lock: Lock) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(user_filter, target)``: the key's filter, pinned to the lock's own document."""
+    # -- parsing each public call once --------------------------------------------------
+
+    def acquiring(
+        self,
+        key: object,
+        *,
+        tag: object = None,
+        lock: object = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Call:
+        """The call of an acquisition: a new ``tag`` lock, or the pending ``lock`` continued."""
         user_filter = self.key_filter(key)
-        return user_filter, document_target(user_filter, lock.document_id, self.codec_options)
+        if tag is not None and lock is not None:
+            raise InvalidArgument(
+                "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
+            )
+        pending = None if lock is None else check_lock(lock, self.options.rules)
+        name = tag_or_only(tag, self.options.rules) if pending is None else None
+        lived = pending.tag if pending is not None else tag_or_only(tag, self.options.rules)
+        return Call(
+            key,
+            user_filter,
+            name,
+            pending,
+            None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
+            self.limit(timeout),
+            self.concern(w),
+        )
 
-    def mapped(self, err: LockError) -> BaseException:
-        """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
+    def holding(
+        self,
+        key: object,
+        lock: object,
+        *,
+        granted: bool,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> Call:
+        """The call of a release (``granted=False``) or an extension (``granted=True``)."""
+        held = check_lock(lock, self.options.rules, granted=granted)
+        return Call(
+            key,
+            self.key_filter(key),
+            None,
+            held,
+            None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
+            self.limit(timeout),
+            self.concern(w),
+        )
 
-        The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
-        through, keeps its own).
-        """
-        factory = self.options.error_factory
-        if factory is None:
-            return err
-        replacement = factory(err)
-        if replacement is not err:  # passed through: it keeps its own cause
-            replacement.__cause__ = err
-        return replacement
+    def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Call:
+        """The call of a read (``inspect``, ``locked``): ``tag``, when given, is declared."""
+        wanted = None if tag is None else check_tag(tag, self.options.rules)
+        return Call(
+            key, self.key_filter(key), wanted, None, None, self.limit(timeout), self.options.w
+        )
+
+    def breaking(
+        self,
+        key: object,
+        *,
+        lock_id: object,
+        all_expired: bool,
+        everyone: bool,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> tuple[Call, str, str | None]:
+        """The call of a break (or its preview), its mode, and the entry it names."""
+        mode = break_mode(lock_id, all_expired, everyone)
+        call = Call(
+            key, self.key_filter(key), None, None, None, self.limit(timeout), self.concern(w)
+        )
+        return call, mode, lock_id if isinstance(lock_id, str) else None
+
+    def target(self, call: Call, lock: Lock | None = None) -> dict[str, Any]:
+        """The filter a command on ``call`` sends: the key's, pinned to the lock's document."""
+        held = call.lock if lock is None else lock
+        if held is None:
+            return call.user_filter
+        return document_target(call.user_filter, held.document_id, self.codec_options)
 
     @staticmethod
     def applied(result: object) -> bool:
@@ -147,7 +211,8 @@ class Operating:
     def guard(self, key: object, lock: object) -> dict[str, Any]:
         """A filter matching ``lock``'s document only while it is held (nothing is sent)."""
         held = check_lock(lock, self.options.rules, granted=True)
-        _, target = self.locate(key, held)
+        user_filter = self.key_filter(key)
+        target = document_target(user_filter, held.document_id, self.codec_options)
         return self.core.guard(target, held)
 
     def report_lost(
@@ -165,10 +230,10 @@ class Operating:
             error=err,
         )
 
-    def ensure_indexes(self, timeout: Duration | None) -> Flow[None]:
+    def ensure_indexes(self, *, limit: float | None) -> Flow[None]:
         """Create the TTL index of a named-lock collection now (idempotent)."""
         try:
-            yield MakeTtlIndex(NAMED_FIELD, _indexes.TTL_INDEX, self.limit(timeout))
+            yield MakeTtlIndex(NAMED_FIELD, _indexes.TTL_INDEX, limit)
         except PyMongoError as exc:
             raise translate(exc, "ensure_indexes", None) from exc
         _indexes.TTL_INDEXES.created(*self._where)
@@ -178,7 +243,7 @@ class Operating:
         if not _indexes.TTL_INDEXES.due(*self._where):
             return
         try:
-            yield from self.ensure_indexes(limit)
+            yield from self.ensure_indexes(limit=limit)
         except LockError as err:
             # The lock is already held: failing the acquire would leak it. An acquire tries
             # again after INDEX_RETRY_SECONDS; ensure_indexes() reports the error.

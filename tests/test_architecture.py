@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "docmultilock"
 CORE = frozenset({
     "docmultilock._acquiring",
     "docmultilock._args",
+    "docmultilock._calls",
     "docmultilock._changes",
     "docmultilock._clock",
     "docmultilock._command",
@@ -195,3 +196,20 @@ def test_no_library_module_is_over_400_lines() -> None:
         and (lines := len(path.read_text().splitlines())) > 400
     }
     assert over == {}
+
+
+def test_no_flow_takes_more_than_three_positional_parameters() -> None:
+    # A flow is any function annotated to return ``Flow[...]``; beyond three positional
+    # parameters (``self`` included) the rest must be keyword-only, so two of one type
+    # (``lock_timeout`` and ``timeout``) can never be swapped silently.
+    crowded = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            returns = ast.unparse(node.returns) if node.returns is not None else ""
+            if returns.startswith("Flow["):
+                positional = len(node.args.posonlyargs) + len(node.args.args)
+                if positional > 3:
+                    crowded.append(f"{name}.{node.name}: {positional}")
+    assert crowded == []

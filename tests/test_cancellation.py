@@ -104,7 +104,7 @@ def _interrupted(collection: Collection[Doc], key: Doc, applied: bool) -> None:
     server applied (``applied``) or never got; the withdrawal it sends is performed."""
     io, clock = MongoIO(collection), SYSTEM_CLOCK
     ops = WriteLock(collection)._ops  # the flow a manager runs, run here by hand
-    flow = ops.acquire(key, None, None, None, None, None, clock)
+    flow = ops.acquire(ops.acquiring(key), clock=clock)
     command = next(flow)
     if applied:
         io.perform(command, clock)

@@ -124,6 +124,16 @@ def known_lock_id(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(operations, "new_lock_id", lambda: LOCK_ID)
 
 
+def _acquire(ops: LockOperations, key: Any, *, clock: Clock, **arguments: Any) -> Any:
+    """The acquire flow of ``ops`` for ``key``, its call parsed as a manager parses it."""
+    return ops.acquire(ops.acquiring(key, **arguments), clock=clock)
+
+
+def _inspect(ops: LockOperations, key: Any, *, clock: Clock) -> Any:
+    """The inspect flow of ``ops`` for ``key``, its call parsed as a manager parses it."""
+    return ops.inspect(ops.reading(key), clock=clock)
+
+
 def entry(tag: str = "write", *, pending: bool = False, lock_id: str = LOCK_ID) -> Doc:
     return {
         "id": lock_id,
@@ -225,7 +235,7 @@ def test_each_send_carries_what_is_left_of_the_operation_timeout() -> None:
 def test_a_first_upsert_that_met_a_duplicate_key_is_sent_once_more() -> None:
     ops = named_ops()
     script = Script([DuplicateKeyError("E11000"), reply(entry(), doc_id="job"), None])
-    lock = script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+    lock = script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
     assert lock.id == LOCK_ID
     assert script.sent() == ["send", "send", "MakeTtlIndex"]
 
@@ -234,13 +244,13 @@ def test_a_second_duplicate_key_is_an_error() -> None:
     ops = named_ops()
     script = Script([DuplicateKeyError("E11000"), DuplicateKeyError("E11000")])
     with pytest.raises(DbError):
-        script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+        script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
 
 
 def test_an_upsert_answered_with_nothing_reads_the_document_again() -> None:
     ops = named_ops()
     script = Script([None, reply(entry(), doc_id="job"), None])
-    lock = script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+    lock = script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
     assert lock.id == LOCK_ID
     assert script.sent() == ["send", "reread", "MakeTtlIndex"]
 
@@ -251,14 +261,14 @@ def test_an_upsert_answered_with_nothing_reads_the_document_again() -> None:
 def test_a_grant_is_recorded_in_the_ledger_with_its_server_stamped_expiry() -> None:
     ops = write_ops()
     script = Script([reply(entry())])
-    lock = script.run(ops.acquire(DOC, "write", None, None, None, None, script.clock))
+    lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
     assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=10)
 
 
 def test_a_refusal_names_the_blocking_tags() -> None:
     script = Script([reply(tags=("write",))])
     with pytest.raises(LockAlreadyTaken) as exc:
-        script.run(write_ops().acquire(DOC, "write", None, None, None, None, script.clock))
+        script.run(_acquire(write_ops(), DOC, tag="write", clock=script.clock))
     assert exc.value.blocking_tags == ("write",)
 
 
@@ -267,7 +277,7 @@ def test_a_refusal_names_the_blocking_tags() -> None:
 
 def _held(ops: LockOperations) -> Lock:
     script = Script([reply(entry())])
-    lock: Lock = script.run(ops.acquire(DOC, "write", None, None, None, None, script.clock))
+    lock: Lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
     return lock
 
 
@@ -283,7 +293,7 @@ def test_a_release_whose_reply_was_lost_is_judged_by_the_recorded_expiry(
     lock = _held(ops)
     # The first attempt removed the entry but its reply was cut; the retry finds it gone.
     script = Script([cut(), reply(), server_time])
-    flow = ops.release(DOC, lock, None, None, script.clock)
+    flow = ops.release(ops.holding(DOC, lock, granted=False), clock=script.clock)
     if released:
         script.run(flow)
     else:
@@ -298,7 +308,7 @@ def test_a_lost_reply_of_a_lock_this_manager_never_granted_is_a_loss() -> None:
     forged = Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(days=3650), 7, False)
     script = Script([cut(), reply()])
     with pytest.raises(LockWasReacquired):
-        script.run(ops.release(DOC, forged, None, None, script.clock))
+        script.run(ops.release(ops.holding(DOC, forged, granted=False), clock=script.clock))
     assert "time" not in script.sent()
 
 
@@ -307,16 +317,16 @@ def test_a_release_that_finds_its_entry_gone_without_a_lost_reply_is_a_loss() ->
     lock = _held(ops)
     script = Script([reply()])
     with pytest.raises(LockWasReacquired):
-        script.run(ops.release(DOC, lock, None, None, script.clock))
+        script.run(ops.release(ops.holding(DOC, lock, granted=False), clock=script.clock))
     assert script.sent() == ["send"]
 
 
 def test_a_named_release_deletes_first_and_falls_back_to_an_update() -> None:
     ops = named_ops()
     script = Script([reply(entry(), doc_id="job"), None])
-    lock: Lock = script.run(ops.acquire("job", None, None, None, None, None, script.clock))
+    lock: Lock = script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
     script = Script([None, reply(entry(), doc_id="job")])  # not deleted (shared): updated
-    script.run(ops.release("job", lock, None, None, script.clock))
+    script.run(ops.release(ops.holding("job", lock, granted=False), clock=script.clock))
     assert script.sent() == ["delete", "send"]
 
 
@@ -337,7 +347,11 @@ def _spec(ops: LockOperations, **kwargs: Any) -> Any:
         "wake": "poll",
         **kwargs,
     }
-    return plan_hold(ops, DOC, **arguments)
+    call = ops.acquiring(
+        DOC,
+        **{name: arguments.pop(name) for name in ("tag", "lock_timeout", "timeout", "w")},
+    )
+    return plan_hold(ops, call, **arguments)
 
 
 def test_wait_sleeps_within_full_jitter_between_refusals() -> None:
@@ -436,7 +450,7 @@ def _removes(effect: Effect, lock_id: str, key: Doc = DOC) -> bool:
 def test_an_acquisition_interrupted_in_flight_withdraws_its_entry_then_reraises(
     interruption: BaseException,
 ) -> None:
-    flow = rw_ops().acquire(DOC, "write", None, None, None, None, Script([]).clock)
+    flow = _acquire(rw_ops(), DOC, tag="write", clock=Script([]).clock)
     command = next(flow)
     assert isinstance(command, Send)
     assert command.settle  # a cancellation waits for it: the withdrawal comes after it
@@ -449,7 +463,7 @@ def test_an_acquisition_interrupted_in_flight_withdraws_its_entry_then_reraises(
 def test_an_acquisition_interrupted_between_retries_withdraws_its_entry(
     interruption: BaseException,
 ) -> None:
-    flow = write_ops().acquire(DOC, None, None, None, None, None, Script([]).clock)
+    flow = _acquire(write_ops(), DOC, clock=Script([]).clock)
     next(flow)
     assert isinstance(flow.throw(cut()), Sleep)  # the reply was lost: the command may be in
     assert _removes(_next_after(flow, interruption), LOCK_ID)
@@ -458,7 +472,7 @@ def test_an_acquisition_interrupted_between_retries_withdraws_its_entry(
 
 
 def test_a_withdrawal_that_fails_still_reraises_the_interruption() -> None:
-    flow = write_ops().acquire(DOC, None, None, None, None, None, Script([]).clock)
+    flow = _acquire(write_ops(), DOC, clock=Script([]).clock)
     next(flow)
     assert _removes(_next_after(flow, asyncio.CancelledError()), LOCK_ID)
     with pytest.raises(asyncio.CancelledError):
@@ -476,7 +490,7 @@ def test_a_withdrawal_without_an_operation_timeout_is_bounded_all_the_same() -> 
         error_factory=None,
     )
     ops = LockOperations(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
-    flow = ops.acquire(DOC, None, None, None, None, None, Script([]).clock)
+    flow = ops.acquire(ops.acquiring(DOC), clock=Script([]).clock)
     command = next(flow)
     assert isinstance(command, Send)
     assert command.timeout is None
@@ -487,7 +501,7 @@ def test_a_withdrawal_without_an_operation_timeout_is_bounded_all_the_same() -> 
 
 
 def test_an_acquisition_that_fails_with_an_error_withdraws_nothing() -> None:
-    flow = write_ops().acquire(DOC, None, None, None, None, None, Script([]).clock)
+    flow = _acquire(write_ops(), DOC, clock=Script([]).clock)
     next(flow)
     with pytest.raises(DbError):
         flow.throw(OperationFailure("bad", code=2))
@@ -495,7 +509,7 @@ def test_an_acquisition_that_fails_with_an_error_withdraws_nothing() -> None:
 
 def test_a_continued_acquisition_interrupted_in_flight_leaves_its_entry_to_its_caller() -> None:
     pending = Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(seconds=10), 0, True)
-    flow = rw_ops().acquire(DOC, None, pending, None, None, None, Script([]).clock)
+    flow = _acquire(rw_ops(), DOC, lock=pending, clock=Script([]).clock)
     command = next(flow)
     assert isinstance(command, Send)
     assert not command.settle  # nothing follows it to be ordered after it
@@ -504,7 +518,7 @@ def test_a_continued_acquisition_interrupted_in_flight_leaves_its_entry_to_its_c
 
 
 def test_a_name_granted_then_interrupted_while_its_index_is_made_is_withdrawn() -> None:
-    flow = named_ops().acquire("job", None, None, None, None, None, Script([]).clock)
+    flow = _acquire(named_ops(), "job", clock=Script([]).clock)
     next(flow)
     index = flow.send(reply(entry(), doc_id="job"))
     assert type(index).__name__ == "MakeTtlIndex"
@@ -623,7 +637,7 @@ def _inspect_reply(*holders: Doc, fence: int = 7, doomed: list[Doc] | None = Non
 
 def test_inspect_retries_a_transient_failure_like_every_command() -> None:
     script = Script([cut(), [_inspect_reply(entry())]])
-    snapshot = script.run(rw_ops().inspect(DOC, None, script.clock))
+    snapshot = script.run(_inspect(rw_ops(), DOC, clock=script.clock))
     assert [holder.id for holder in snapshot.holders] == [LOCK_ID]
     assert script.sent() == ["Aggregate", "sleep 0.05", "Aggregate"]
 
@@ -631,7 +645,7 @@ def test_inspect_retries_a_transient_failure_like_every_command() -> None:
 def test_inspect_of_a_filter_bson_cannot_carry_is_an_invalid_argument() -> None:
     script = Script([OverflowError("MongoDB can only handle up to 8-byte ints")])
     with pytest.raises(InvalidArgument, match="cannot be sent"):
-        script.run(rw_ops().inspect(DOC, None, script.clock))
+        script.run(_inspect(rw_ops(), DOC, clock=script.clock))
 
 
 def test_inspect_reads_every_entry_at_the_servers_time() -> None:

@@ -36,8 +36,10 @@ from docmultilock._flows import (
 )
 from docmultilock._lock import as_utc
 from docmultilock._settle import AsyncSettle
+from docmultilock.errors import LockError
+from docmultilock.options import ErrorFactory
 
-__all__ = ["AsyncMongoIO", "run", "server_hello"]
+__all__ = ["AsyncMongoIO", "AsyncRunner", "run", "server_hello"]
 
 T = TypeVar("T")
 
@@ -167,3 +169,41 @@ async def run(flow: Flow[T], io: AsyncMongoIO, clock: Clock) -> T:
             result = await io.perform(effect, clock)
         except BaseException as exc:
             error = exc
+
+
+class AsyncRunner:
+    """Runs one manager's flows with this driver, and maps their errors in one place.
+
+    ``clock`` is where flows read time and the driver sleeps (tests replace it);
+    ``error_factory`` turns a :class:`~docmultilock.LockError` into what public methods
+    raise.
+    """
+
+    def __init__(self, io: AsyncMongoIO, clock: Clock, error_factory: ErrorFactory | None) -> None:
+        self.io = io
+        self.clock = clock
+        self._error_factory = error_factory
+
+    async def __call__(self, flow: Flow[T]) -> T:
+        """Run ``flow``; a LockError leaves as ``error_factory`` makes it."""
+        try:
+            return await run(flow, self.io, self.clock)
+        except LockError as err:
+            raise self.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+    async def unmapped(self, flow: Flow[T]) -> T:
+        """Run ``flow``, its errors as they are (for the keep-alive and ``hold()``'s exits)."""
+        return await run(flow, self.io, self.clock)
+
+    def mapped(self, err: LockError) -> BaseException:
+        """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
+
+        The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
+        through, keeps its own).
+        """
+        if self._error_factory is None:
+            return err
+        replacement = self._error_factory(err)
+        if replacement is not err:  # passed through: it keeps its own cause
+            replacement.__cause__ = err
+        return replacement

@@ -12,9 +12,8 @@ import logging
 from types import TracebackType
 from typing import Any, TypeVar
 
-from docmultilock._async.driver import AsyncMongoIO, run
+from docmultilock._async.driver import AsyncRunner
 from docmultilock._flavour import AsyncOnly
-from docmultilock._flows import Clock
 from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
 from docmultilock._keepalive import AsyncExtender, AsyncJob
 from docmultilock._lock import Lock
@@ -36,16 +35,9 @@ class AsyncHeldLock:
     :ivar error: the :class:`~docmultilock.LockError` that told, once ``lost`` is set.
     """
 
-    def __init__(
-        self,
-        ops: LockOperations,
-        io: AsyncMongoIO,
-        clock: Clock,
-        holding: Holding,
-    ) -> None:
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, holding: Holding) -> None:
         self._ops = ops
-        self._io = io
-        self._clock = clock
+        self._run = runner
         self._holding = holding
         spec = holding.spec
         self.lost = asyncio.Event()
@@ -92,7 +84,7 @@ class AsyncHeldLock:
             return result
         error = self._ops.lost_write(self._holding.spec.key, self.lock)
         self._lose(error)
-        raise self._ops.mapped(error)
+        raise self._run.mapped(error)
 
     def _lose(self, error: LockError) -> None:
         """Record the loss once: set ``lost``, then tell ``on_lost`` (its errors are logged)."""
@@ -111,8 +103,8 @@ class AsyncHeldLock:
     async def _renew(self, limit: float) -> float | None:
         """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
         try:
-            error = await run(
-                renew_flow(self._ops, self._holding, limit, self._clock), self._io, self._clock
+            error = await self._run.unmapped(
+                renew_flow(self._ops, self._holding, limit=limit, clock=self._run.clock)
             )
         except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
             log.exception("keep-alive of lock %s failed", self.lock.id)
@@ -143,10 +135,8 @@ class AsyncHeldLock:
         """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
         if self._holding.spec.keepalive:
             await AsyncExtender.current().remove(self._job)
-        lost = await run(
-            release_flow(self._ops, self._holding, quiet=quiet, clock=self._clock),
-            self._io,
-            self._clock,
+        lost = await self._run.unmapped(
+            release_flow(self._ops, self._holding, quiet=quiet, clock=self._run.clock)
         )
         if lost is not None:
             self._lose(lost)
@@ -157,23 +147,17 @@ class AsyncHeldLock:
 class AsyncHold(AsyncOnly):
     """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
 
-    def __init__(self, ops: LockOperations, io: AsyncMongoIO, clock: Clock, spec: HoldSpec) -> None:
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
         self._ops = ops
-        self._io = io
-        self._clock = clock
+        self._run = runner
         self._spec = spec
         self._held: AsyncHeldLock | None = None
 
     async def __aenter__(self) -> AsyncHeldLock:
         if self._held is not None:
             raise RuntimeError("this hold() was entered already; call hold() again")
-        try:
-            lock, sent = await run(
-                wait_flow(self._ops, self._spec, self._clock), self._io, self._clock
-            )
-        except LockError as err:
-            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
-        held = AsyncHeldLock(self._ops, self._io, self._clock, Holding(self._spec, lock, sent))
+        lock, sent = await self._run(wait_flow(self._ops, self._spec, self._run.clock))
+        held = AsyncHeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
         self._held = held
         if self._spec.keepalive:
             AsyncExtender.current().add(held._job, held._holding.expires)
@@ -194,4 +178,4 @@ class AsyncHold(AsyncOnly):
         try:
             await held._release(quiet=False)
         except LockError as err:
-            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself

@@ -1,8 +1,8 @@
 """The async lock managers on documents: thin shells that run the core's flows.
 
-Every decision lives in ``_operations`` (and the flows beneath it); a method here checks
-nothing itself, runs its flow with the async driver, and maps errors through
-``error_factory``.
+Each public method parses its arguments once into a call (``_calls.Call``, checked by
+``_operating``), builds its flow (``_operations``), and has the manager's runner
+(``driver.AsyncRunner``) run it and map its errors; no decision is made here.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ from typing import Any, Literal, TypeVar
 from pymongo.asynchronous.collection import AsyncCollection
 
 from docmultilock._args import check_flavour
-from docmultilock._async.driver import AsyncMongoIO, run
+from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
 from docmultilock._async.hold import AsyncHold
 from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
-from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
+from docmultilock._flows import SYSTEM_CLOCK, Clock
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-from docmultilock.errors import LockError
 from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
 
 __all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
@@ -33,26 +32,25 @@ T = TypeVar("T")
 
 
 class AsyncLockManager:
-    """What every async lock manager shares: running a flow, and ``hold()``."""
-
-    #: Where flows read time and draw jitter, and where the driver sleeps (tests replace it).
-    _clock: Clock = SYSTEM_CLOCK
+    """What every async lock manager shares: its runner, the read-side calls, ``hold()``."""
 
     def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:
         self.collection = collection
         self.options: LockOptions = ops.options
         self._ops = ops
-        self._io = AsyncMongoIO(collection)
+        self._run = AsyncRunner(AsyncMongoIO(collection), SYSTEM_CLOCK, ops.options.error_factory)
+
+    @property
+    def _clock(self) -> Clock:
+        """Where flows read time and draw jitter, and where the driver sleeps (tests replace it)."""
+        return self._run.clock
+
+    @_clock.setter
+    def _clock(self, clock: Clock) -> None:
+        self._run.clock = clock
 
     def __repr__(self) -> str:
         return describe(self.options, self.collection.full_name, type(self).__name__)
-
-    async def _run(self, flow: Flow[T]) -> T:
-        """Run ``flow``; a LockError leaves as ``error_factory`` makes it."""
-        try:
-            return await run(flow, self._io, self._clock)
-        except LockError as err:
-            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
     async def inspect(self, key: Any, *, timeout: Duration | None = None) -> LockSnapshot:
         """Return the lock on ``key`` (a filter, or a name) as the server sees it now.
@@ -67,7 +65,8 @@ class AsyncLockManager:
             an empty snapshot instead).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
-        return await self._run(self._ops.inspect(key, timeout, self._clock))
+        call = self._ops.reading(key, timeout=timeout)
+        return await self._run(self._ops.inspect(call, clock=self._clock))
 
     async def locked(
         self, key: Any, tag: str | None = None, *, timeout: Duration | None = None
@@ -79,7 +78,8 @@ class AsyncLockManager:
         :raises InvalidArgument: ``tag`` is not one this manager declares (a typo must not
             read as "not locked").
         """
-        return await self._run(self._ops.locked(key, tag, timeout, self._clock))
+        call = self._ops.reading(key, tag=tag, timeout=timeout)
+        return await self._run(self._ops.locked(call, clock=self._clock))
 
     async def preview_break(
         self,
@@ -100,8 +100,11 @@ class AsyncLockManager:
         :raises InvalidArgument: not exactly one of the three modes.
         :raises ResourceNotFound: no document matches the filter.
         """
+        call, mode, entry = self._ops.breaking(
+            key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout
+        )
         return await self._run(
-            self._ops.preview_break(key, lock_id, all_expired, everyone, timeout, self._clock)
+            self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._clock)
         )
 
     async def break_lock(
@@ -131,8 +134,11 @@ class AsyncLockManager:
             nothing is removed).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
+        call, mode, entry = self._ops.breaking(
+            key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout, w=w
+        )
         return await self._run(
-            self._ops.break_lock(key, lock_id, all_expired, everyone, timeout, w, self._clock)
+            self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._clock)
         )
 
     def hold(
@@ -179,22 +185,19 @@ class AsyncLockManager:
             protected throughout. An exception from the block itself is never replaced.
         :raises InvalidArgument: before anything is written.
         """
+        call = self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
         spec = plan_hold(
             self._ops,
-            key,
-            tag=tag,
+            call,
             wait=wait,
             backoff=backoff,
             keepalive=keepalive,
             extend_every=extend_every,
             on_lost=on_lost,
-            lock_timeout=lock_timeout,
-            timeout=timeout,
-            w=w,
             wake=wake,
             fair=fair,
         )
-        return AsyncHold(self._ops, self._io, self._clock, spec)
+        return AsyncHold(self._ops, self._run, spec)
 
 
 class _AsyncDocumentLocks(AsyncLockManager):
@@ -234,7 +237,8 @@ class _AsyncDocumentLocks(AsyncLockManager):
             for a write lock).
         :raises ResourceNotFound: the document no longer matches ``filter``.
         """
-        await self._run(self._ops.release(filter, lock, timeout, w, self._clock))
+        call = self._ops.holding(filter, lock, granted=False, timeout=timeout, w=w)
+        await self._run(self._ops.release(call, clock=self._clock))
 
     async def extend(
         self,
@@ -255,9 +259,10 @@ class _AsyncDocumentLocks(AsyncLockManager):
             (:class:`~docmultilock.LockWasReacquired` for a write lock); an expired lock
             cannot be revived.
         """
-        return await self._run(
-            self._ops.extend(filter, lock, lock_timeout, timeout, w, self._clock)
+        call = self._ops.holding(
+            filter, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
+        return await self._run(self._ops.extend(call, clock=self._clock))
 
     def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
         """Return a filter that matches the document only while ``lock`` is still held.
@@ -337,9 +342,10 @@ class AsyncMultiLock(_AsyncDocumentLocks):
         :raises LockNotFound: the pending ``lock`` given is gone.
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        return await self._run(
-            self._ops.acquire(filter, tag, lock, lock_timeout, timeout, w, self._clock)
+        call = self._ops.acquiring(
+            filter, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
+        return await self._run(self._ops.acquire(call, clock=self._clock))
 
 
 class AsyncWriteLock(_AsyncDocumentLocks):
@@ -388,6 +394,7 @@ class AsyncWriteLock(_AsyncDocumentLocks):
         :raises LockAlreadyTaken: another holder has it (nothing recorded).
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        return await self._run(
-            self._ops.acquire(filter, "write", None, lock_timeout, timeout, w, self._clock)
+        call = self._ops.acquiring(
+            filter, tag="write", lock_timeout=lock_timeout, timeout=timeout, w=w
         )
+        return await self._run(self._ops.acquire(call, clock=self._clock))

@@ -104,9 +104,10 @@ class AsyncNamedLocks(AsyncLockManager):
         :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
         :raises LockNotFound: the pending ``lock`` given is gone.
         """
-        return await self._run(
-            self._ops.acquire(name, tag, lock, lock_timeout, timeout, w, self._clock)
+        call = self._ops.acquiring(
+            name, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
+        return await self._run(self._ops.acquire(call, clock=self._clock))
 
     async def release(
         self,
@@ -121,7 +122,8 @@ class AsyncNamedLocks(AsyncLockManager):
         :raises LockNotFound: the lock is gone (:class:`~docmultilock.LockWasReacquired`
             with the default table).
         """
-        await self._run(self._ops.release(name, lock, timeout, w, self._clock))
+        call = self._ops.holding(name, lock, granted=False, timeout=timeout, w=w)
+        await self._run(self._ops.release(call, clock=self._clock))
 
     async def extend(
         self,
@@ -138,7 +140,10 @@ class AsyncNamedLocks(AsyncLockManager):
             release raises this), expired, or broken
             (:class:`~docmultilock.LockWasReacquired` with the default table).
         """
-        return await self._run(self._ops.extend(name, lock, lock_timeout, timeout, w, self._clock))
+        call = self._ops.holding(
+            name, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
+        )
+        return await self._run(self._ops.extend(call, clock=self._clock))
 
     def guard(self, name: str, lock: Lock) -> dict[str, Any]:
         """A filter matching ``name``'s lock document only while ``lock`` is still held.
@@ -155,4 +160,4 @@ class AsyncNamedLocks(AsyncLockManager):
         Acquire creates it lazily, once per process and collection, right after its first
         success; call this at deployment time to have it up front.
         """
-        await self._run(self._ops.ensure_indexes(timeout))
+        await self._run(self._ops.ensure_indexes(limit=self._ops.limit(timeout)))

@@ -38,8 +38,10 @@ from docmultilock._flows import (
 from docmultilock._lock import as_utc
 from docmultilock._settle import Settle
 from docmultilock._sync.wakeup import Watchers
+from docmultilock.errors import LockError
+from docmultilock.options import ErrorFactory
 
-__all__ = ["MongoIO", "run", "server_hello"]
+__all__ = ["MongoIO", "Runner", "run", "server_hello"]
 
 T = TypeVar("T")
 
@@ -167,3 +169,41 @@ def run(flow: Flow[T], io: MongoIO, clock: Clock) -> T:
             result = io.perform(effect, clock)
         except BaseException as exc:
             error = exc
+
+
+class Runner:
+    """Runs one manager's flows with this driver, and maps their errors in one place.
+
+    ``clock`` is where flows read time and the driver sleeps (tests replace it);
+    ``error_factory`` turns a :class:`~docmultilock.LockError` into what public methods
+    raise.
+    """
+
+    def __init__(self, io: MongoIO, clock: Clock, error_factory: ErrorFactory | None) -> None:
+        self.io = io
+        self.clock = clock
+        self._error_factory = error_factory
+
+    def __call__(self, flow: Flow[T]) -> T:
+        """Run ``flow``; a LockError leaves as ``error_factory`` makes it."""
+        try:
+            return run(flow, self.io, self.clock)
+        except LockError as err:
+            raise self.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+    def unmapped(self, flow: Flow[T]) -> T:
+        """Run ``flow``, its errors as they are (for the keep-alive and ``hold()``'s exits)."""
+        return run(flow, self.io, self.clock)
+
+    def mapped(self, err: LockError) -> BaseException:
+        """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
+
+        The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
+        through, keeps its own).
+        """
+        if self._error_factory is None:
+            return err
+        replacement = self._error_factory(err)
+        if replacement is not err:  # passed through: it keeps its own cause
+            replacement.__cause__ = err
+        return replacement

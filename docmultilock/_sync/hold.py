@@ -15,12 +15,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from docmultilock._flavour import SyncOnly
-from docmultilock._flows import Clock
 from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
 from docmultilock._keepalive import Extender, Job
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
-from docmultilock._sync.driver import MongoIO, run
+from docmultilock._sync.driver import Runner
 from docmultilock.errors import DbTimeout, LockError
 
 __all__ = ["HeldLock", "Hold"]
@@ -38,16 +37,9 @@ class HeldLock:
     :ivar error: the :class:`~docmultilock.LockError` that told, once ``lost`` is set.
     """
 
-    def __init__(
-        self,
-        ops: LockOperations,
-        io: MongoIO,
-        clock: Clock,
-        holding: Holding,
-    ) -> None:
+    def __init__(self, ops: LockOperations, runner: Runner, holding: Holding) -> None:
         self._ops = ops
-        self._io = io
-        self._clock = clock
+        self._run = runner
         self._holding = holding
         spec = holding.spec
         self.lost = threading.Event()
@@ -94,7 +86,7 @@ class HeldLock:
             return result
         error = self._ops.lost_write(self._holding.spec.key, self.lock)
         self._lose(error)
-        raise self._ops.mapped(error)
+        raise self._run.mapped(error)
 
     def _lose(self, error: LockError) -> None:
         """Record the loss once: set ``lost``, then tell ``on_lost`` (its errors are logged)."""
@@ -113,8 +105,8 @@ class HeldLock:
     def _renew(self, limit: float) -> float | None:
         """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
         try:
-            error = run(
-                renew_flow(self._ops, self._holding, limit, self._clock), self._io, self._clock
+            error = self._run.unmapped(
+                renew_flow(self._ops, self._holding, limit=limit, clock=self._run.clock)
             )
         except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
             log.exception("keep-alive of lock %s failed", self.lock.id)
@@ -145,10 +137,8 @@ class HeldLock:
         """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
         if self._holding.spec.keepalive:
             Extender.current().remove(self._job)
-        lost = run(
-            release_flow(self._ops, self._holding, quiet=quiet, clock=self._clock),
-            self._io,
-            self._clock,
+        lost = self._run.unmapped(
+            release_flow(self._ops, self._holding, quiet=quiet, clock=self._run.clock)
         )
         if lost is not None:
             self._lose(lost)
@@ -159,21 +149,17 @@ class HeldLock:
 class Hold(SyncOnly):
     """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
 
-    def __init__(self, ops: LockOperations, io: MongoIO, clock: Clock, spec: HoldSpec) -> None:
+    def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
         self._ops = ops
-        self._io = io
-        self._clock = clock
+        self._run = runner
         self._spec = spec
         self._held: HeldLock | None = None
 
     def __enter__(self) -> HeldLock:
         if self._held is not None:
             raise RuntimeError("this hold() was entered already; call hold() again")
-        try:
-            lock, sent = run(wait_flow(self._ops, self._spec, self._clock), self._io, self._clock)
-        except LockError as err:
-            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
-        held = HeldLock(self._ops, self._io, self._clock, Holding(self._spec, lock, sent))
+        lock, sent = self._run(wait_flow(self._ops, self._spec, self._run.clock))
+        held = HeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
         self._held = held
         if self._spec.keepalive:
             Extender.current().add(held._job, held._holding.expires)
@@ -194,4 +180,4 @@ class Hold(SyncOnly):
         try:
             held._release(quiet=False)
         except LockError as err:
-            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself

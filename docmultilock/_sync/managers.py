@@ -2,9 +2,9 @@
 # Edit the async source and run `python tools/unasync.py`.
 """The sync lock managers on documents: thin shells that run the core's flows.
 
-Every decision lives in ``_operations`` (and the flows beneath it); a method here checks
-nothing itself, runs its flow with the sync driver, and maps errors through
-``error_factory``.
+Each public method parses its arguments once into a call (``_calls.Call``, checked by
+``_operating``), builds its flow (``_operations``), and has the manager's runner
+(``driver.Runner``) run it and map its errors; no decision is made here.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from pymongo.collection import Collection
 from docmultilock._args import check_flavour
 from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
-from docmultilock._flows import SYSTEM_CLOCK, Clock, Flow
+from docmultilock._flows import SYSTEM_CLOCK, Clock
 from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-from docmultilock._sync.driver import MongoIO, run
+from docmultilock._sync.driver import MongoIO, Runner
 from docmultilock._sync.hold import Hold
-from docmultilock.errors import LockError
 from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
 
 __all__ = ["LockManager", "MultiLock", "WriteLock"]
@@ -35,26 +34,25 @@ T = TypeVar("T")
 
 
 class LockManager:
-    """What every sync lock manager shares: running a flow, and ``hold()``."""
-
-    #: Where flows read time and draw jitter, and where the driver sleeps (tests replace it).
-    _clock: Clock = SYSTEM_CLOCK
+    """What every sync lock manager shares: its runner, the read-side calls, ``hold()``."""
 
     def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:
         self.collection = collection
         self.options: LockOptions = ops.options
         self._ops = ops
-        self._io = MongoIO(collection)
+        self._run = Runner(MongoIO(collection), SYSTEM_CLOCK, ops.options.error_factory)
+
+    @property
+    def _clock(self) -> Clock:
+        """Where flows read time and draw jitter, and where the driver sleeps (tests replace it)."""
+        return self._run.clock
+
+    @_clock.setter
+    def _clock(self, clock: Clock) -> None:
+        self._run.clock = clock
 
     def __repr__(self) -> str:
         return describe(self.options, self.collection.full_name, type(self).__name__)
-
-    def _run(self, flow: Flow[T]) -> T:
-        """Run ``flow``; a LockError leaves as ``error_factory`` makes it."""
-        try:
-            return run(flow, self._io, self._clock)
-        except LockError as err:
-            raise self._ops.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
     def inspect(self, key: Any, *, timeout: Duration | None = None) -> LockSnapshot:
         """Return the lock on ``key`` (a filter, or a name) as the server sees it now.
@@ -69,7 +67,8 @@ class LockManager:
             an empty snapshot instead).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
-        return self._run(self._ops.inspect(key, timeout, self._clock))
+        call = self._ops.reading(key, timeout=timeout)
+        return self._run(self._ops.inspect(call, clock=self._clock))
 
     def locked(self, key: Any, tag: str | None = None, *, timeout: Duration | None = None) -> bool:
         """True when a granted, unexpired entry (of ``tag``, if given) holds ``key`` now.
@@ -79,7 +78,8 @@ class LockManager:
         :raises InvalidArgument: ``tag`` is not one this manager declares (a typo must not
             read as "not locked").
         """
-        return self._run(self._ops.locked(key, tag, timeout, self._clock))
+        call = self._ops.reading(key, tag=tag, timeout=timeout)
+        return self._run(self._ops.locked(call, clock=self._clock))
 
     def preview_break(
         self,
@@ -100,9 +100,10 @@ class LockManager:
         :raises InvalidArgument: not exactly one of the three modes.
         :raises ResourceNotFound: no document matches the filter.
         """
-        return self._run(
-            self._ops.preview_break(key, lock_id, all_expired, everyone, timeout, self._clock)
+        call, mode, entry = self._ops.breaking(
+            key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout
         )
+        return self._run(self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._clock))
 
     def break_lock(
         self,
@@ -131,9 +132,10 @@ class LockManager:
             nothing is removed).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
-        return self._run(
-            self._ops.break_lock(key, lock_id, all_expired, everyone, timeout, w, self._clock)
+        call, mode, entry = self._ops.breaking(
+            key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout, w=w
         )
+        return self._run(self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._clock))
 
     def hold(
         self,
@@ -179,22 +181,19 @@ class LockManager:
             protected throughout. An exception from the block itself is never replaced.
         :raises InvalidArgument: before anything is written.
         """
+        call = self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
         spec = plan_hold(
             self._ops,
-            key,
-            tag=tag,
+            call,
             wait=wait,
             backoff=backoff,
             keepalive=keepalive,
             extend_every=extend_every,
             on_lost=on_lost,
-            lock_timeout=lock_timeout,
-            timeout=timeout,
-            w=w,
             wake=wake,
             fair=fair,
         )
-        return Hold(self._ops, self._io, self._clock, spec)
+        return Hold(self._ops, self._run, spec)
 
 
 class _DocumentLocks(LockManager):
@@ -234,7 +233,8 @@ class _DocumentLocks(LockManager):
             for a write lock).
         :raises ResourceNotFound: the document no longer matches ``filter``.
         """
-        self._run(self._ops.release(filter, lock, timeout, w, self._clock))
+        call = self._ops.holding(filter, lock, granted=False, timeout=timeout, w=w)
+        self._run(self._ops.release(call, clock=self._clock))
 
     def extend(
         self,
@@ -255,7 +255,10 @@ class _DocumentLocks(LockManager):
             (:class:`~docmultilock.LockWasReacquired` for a write lock); an expired lock
             cannot be revived.
         """
-        return self._run(self._ops.extend(filter, lock, lock_timeout, timeout, w, self._clock))
+        call = self._ops.holding(
+            filter, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
+        )
+        return self._run(self._ops.extend(call, clock=self._clock))
 
     def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
         """Return a filter that matches the document only while ``lock`` is still held.
@@ -335,9 +338,10 @@ class MultiLock(_DocumentLocks):
         :raises LockNotFound: the pending ``lock`` given is gone.
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        return self._run(
-            self._ops.acquire(filter, tag, lock, lock_timeout, timeout, w, self._clock)
+        call = self._ops.acquiring(
+            filter, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
+        return self._run(self._ops.acquire(call, clock=self._clock))
 
 
 class WriteLock(_DocumentLocks):
@@ -386,6 +390,7 @@ class WriteLock(_DocumentLocks):
         :raises LockAlreadyTaken: another holder has it (nothing recorded).
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        return self._run(
-            self._ops.acquire(filter, "write", None, lock_timeout, timeout, w, self._clock)
+        call = self._ops.acquiring(
+            filter, tag="write", lock_timeout=lock_timeout, timeout=timeout, w=w
         )
+        return self._run(self._ops.acquire(call, clock=self._clock))

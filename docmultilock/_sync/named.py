@@ -106,7 +106,10 @@ class NamedLocks(LockManager):
         :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
         :raises LockNotFound: the pending ``lock`` given is gone.
         """
-        return self._run(self._ops.acquire(name, tag, lock, lock_timeout, timeout, w, self._clock))
+        call = self._ops.acquiring(
+            name, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
+        )
+        return self._run(self._ops.acquire(call, clock=self._clock))
 
     def release(
         self,
@@ -121,7 +124,8 @@ class NamedLocks(LockManager):
         :raises LockNotFound: the lock is gone (:class:`~docmultilock.LockWasReacquired`
             with the default table).
         """
-        self._run(self._ops.release(name, lock, timeout, w, self._clock))
+        call = self._ops.holding(name, lock, granted=False, timeout=timeout, w=w)
+        self._run(self._ops.release(call, clock=self._clock))
 
     def extend(
         self,
@@ -138,7 +142,10 @@ class NamedLocks(LockManager):
             release raises this), expired, or broken
             (:class:`~docmultilock.LockWasReacquired` with the default table).
         """
-        return self._run(self._ops.extend(name, lock, lock_timeout, timeout, w, self._clock))
+        call = self._ops.holding(
+            name, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
+        )
+        return self._run(self._ops.extend(call, clock=self._clock))
 
     def guard(self, name: str, lock: Lock) -> dict[str, Any]:
         """A filter matching ``name``'s lock document only while ``lock`` is still held.
@@ -155,4 +162,4 @@ class NamedLocks(LockManager):
         Acquire creates it lazily, once per process and collection, right after its first
         success; call this at deployment time to have it up front.
         """
-        self._run(self._ops.ensure_indexes(timeout))
+        self._run(self._ops.ensure_indexes(limit=self._ops.limit(timeout)))

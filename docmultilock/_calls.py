@@ -1,0 +1,38 @@
+"""One public call, parsed once: the value every flow is given instead of raw arguments.
+
+A public method checks its arguments once, before anything is sent
+(``_operating.Operating.acquiring`` and its siblings), into a :class:`Call`; the flows take
+it keyword-only, and ``hold()`` carries it from attempt to attempt, continuing a pending
+lock or renewing a held one with ``call._replace(lock=...)`` rather than parsing again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from docmultilock._lock import Lock
+
+__all__ = ["Call"]
+
+
+class Call(NamedTuple):
+    """A checked call: where, what, and within which bounds.
+
+    A named tuple, as a frozen value made for every call is about three times cheaper so.
+    """
+
+    #: What the caller passed (a filter, or a name): errors and messages name it.
+    key: Any
+    #: The filter of ``key``'s state document.
+    user_filter: dict[str, Any]
+    #: The tag of a new lock; ``None`` when ``lock`` is acted on (its own tag counts), and
+    #: for reads the tag asked about (``None``: any).
+    tag: str | None
+    #: The lock acted on: a pending one continued, one released or extended.
+    lock: Lock | None
+    #: The lifetime in ms; ``None``: the tag's default for a new lock, the lock's own else.
+    lifetime_ms: int | None
+    #: The operation timeout in force, in seconds (``None``: no limit).
+    limit: float | None
+    #: The write concern in force.
+    concern: int | str
