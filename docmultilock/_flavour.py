@@ -10,7 +10,6 @@ is a value, not a context manager: :class:`NotAHold` says so when one is entered
 from __future__ import annotations
 
 from collections.abc import Generator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 __all__ = ["AsyncOnly", "NotAHold", "SyncOnly"]
@@ -27,6 +26,14 @@ def _not_entered(hold: object, name: str, statement: str) -> AttributeError:
     )
 
 
+def _never_exited(*_: object) -> None:  # pragma: no cover - entering always raised
+    """The exit of a context manager whose entry refuses: never reached."""
+
+
+async def _never_exited_async(*_: object) -> None:  # pragma: no cover - the same, async
+    """The async exit of a context manager whose entry refuses: never reached."""
+
+
 class AsyncOnly:
     """Refuses plain ``with``: the object is an async context manager."""
 
@@ -36,13 +43,7 @@ class AsyncOnly:
             "'async with locks.hold(...) as held:' (or a sync lock manager for plain 'with')"
         )
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:  # pragma: no cover - __enter__ always raised
-        return None
+    __exit__ = _never_exited
 
     if not TYPE_CHECKING:  # for the runtime only: a type checker still flags the misuse
 
@@ -68,13 +69,7 @@ class SyncOnly:
             "'with locks.hold(...) as held:' (or an async lock manager for 'async with')"
         )
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:  # pragma: no cover - __aenter__ always raised
-        return None
+    __aexit__ = _never_exited_async
 
     if not TYPE_CHECKING:  # for the runtime only: a type checker still flags the misuse
 
@@ -98,13 +93,7 @@ class NotAHold:
                 "a lock for a block, or release what acquire() returned yourself (in a finally)"
             )
 
-        def __exit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc: BaseException | None,
-            traceback: TracebackType | None,
-        ) -> None:  # pragma: no cover - __enter__ always raised
-            return None
+        __exit__ = _never_exited
 
         async def __aenter__(self) -> NoReturn:
             raise TypeError(
@@ -112,10 +101,4 @@ class NotAHold:
                 "to hold a lock for a block, or release what acquire() returned yourself"
             )
 
-        async def __aexit__(
-            self,
-            exc_type: type[BaseException] | None,
-            exc: BaseException | None,
-            traceback: TracebackType | None,
-        ) -> None:  # pragma: no cover - __aenter__ always raised
-            return None
+        __aexit__ = _never_exited_async

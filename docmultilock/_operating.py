@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from pymongo.errors import PyMongoError
@@ -43,6 +43,8 @@ from docmultilock.options import (
 __all__ = ["NAMED_FIELD", "Operating", "describe", "new_lock_id"]
 
 log = logging.getLogger("docmultilock")
+
+Op = TypeVar("Op", bound="Operating")
 
 #: The field of a named lock's document that holds its state.
 NAMED_FIELD = "lock"
@@ -86,6 +88,30 @@ class Operating:
         )
         self.ledger = Ledger()
         self._where = where
+
+    @classmethod
+    def on(
+        cls: type[Op],
+        collection: Any,
+        options: LockOptions,
+        *,
+        home: Home,
+        verdicts: Verdicts,
+        listener: LockListener | None,
+    ) -> Op:
+        """The operations of a manager keeping its state in ``collection`` (either flavour's).
+
+        The collection gives the TTL-index record its key (its client and full name) and
+        the codec options ids are compared with.
+        """
+        return cls(
+            options,
+            home=home,
+            verdicts=verdicts,
+            where=(collection.database.client, collection.full_name),
+            codec_options=collection.codec_options,
+            listener=listener,
+        )
 
     def key_filter(self, key: object) -> dict[str, Any]:
         """The filter of ``key``'s state document; refused before anything is sent."""

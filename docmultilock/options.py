@@ -9,7 +9,7 @@ Constructor options go through marshmallow schemas so that one
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -210,8 +210,18 @@ class LockOptions:
     max_holders: int = DEFAULT_MAX_HOLDERS
 
 
-def load_options(**raw: Any) -> LockOptions:
-    """Validate constructor options; raise :class:`InvalidConfiguration` naming every problem."""
+def load_options(
+    table: Mapping[str, Mapping[str, Sequence[str]]] | None = None, **raw: Any
+) -> LockOptions:
+    """Validate constructor options; raise :class:`InvalidConfiguration` naming every problem.
+
+    ``table`` is the manager's own relationship table, taken when ``lock_relationships`` is
+    ``None``; ``lock_timeouts`` of ``None`` sets none.
+    """
+    if raw.get("lock_relationships") is None and table is not None:
+        raw["lock_relationships"] = table
+    if raw.get("lock_timeouts", {}) is None:
+        raw["lock_timeouts"] = {}
     try:
         data = _OptionsSchema().load(raw)
     except marshmallow.ValidationError as exc:

@@ -211,13 +211,8 @@ class _AsyncDocumentLocks(AsyncLockManager):
         listener: LockListener | None,
     ) -> None:
         check_flavour(collection, AsyncCollection, "collection", type(self).__name__)
-        ops = LockOperations(
-            options,
-            home=DOCUMENTS,
-            verdicts=verdicts,
-            where=(collection.database.client, collection.full_name),
-            codec_options=collection.codec_options,
-            listener=listener,
+        ops = LockOperations.on(
+            collection, options, home=DOCUMENTS, verdicts=verdicts, listener=listener
         )
         super().__init__(collection, ops)
 
@@ -308,10 +303,9 @@ class AsyncMultiLock(_AsyncDocumentLocks):
         listener: LockListener | None = None,
     ) -> None:
         options = load_options(
-            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
-            lock_relationships=(
-                lock_relationships if lock_relationships is not None else READ_WRITE
-            ),
+            READ_WRITE,
+            lock_timeouts=lock_timeouts,
+            lock_relationships=lock_relationships,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,
@@ -372,7 +366,7 @@ class AsyncWriteLock(_AsyncDocumentLocks):
         listener: LockListener | None = None,
     ) -> None:
         options = load_options(
-            lock_relationships=WRITE_ONLY,
+            WRITE_ONLY,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,

@@ -207,13 +207,8 @@ class _DocumentLocks(LockManager):
         listener: LockListener | None,
     ) -> None:
         check_flavour(collection, Collection, "collection", type(self).__name__)
-        ops = LockOperations(
-            options,
-            home=DOCUMENTS,
-            verdicts=verdicts,
-            where=(collection.database.client, collection.full_name),
-            codec_options=collection.codec_options,
-            listener=listener,
+        ops = LockOperations.on(
+            collection, options, home=DOCUMENTS, verdicts=verdicts, listener=listener
         )
         super().__init__(collection, ops)
 
@@ -304,10 +299,9 @@ class MultiLock(_DocumentLocks):
         listener: LockListener | None = None,
     ) -> None:
         options = load_options(
-            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
-            lock_relationships=(
-                lock_relationships if lock_relationships is not None else READ_WRITE
-            ),
+            READ_WRITE,
+            lock_timeouts=lock_timeouts,
+            lock_relationships=lock_relationships,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,
@@ -368,7 +362,7 @@ class WriteLock(_DocumentLocks):
         listener: LockListener | None = None,
     ) -> None:
         options = load_options(
-            lock_relationships=WRITE_ONLY,
+            WRITE_ONLY,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,

@@ -64,10 +64,9 @@ class NamedLocks(LockManager):
     ) -> None:
         check_flavour(database, Database, "database", type(self).__name__)
         options = load_options(
-            lock_timeouts=lock_timeouts if lock_timeouts is not None else {},
-            lock_relationships=(
-                lock_relationships if lock_relationships is not None else WRITE_ONLY
-            ),
+            WRITE_ONLY,
+            lock_timeouts=lock_timeouts,
+            lock_relationships=lock_relationships,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,
@@ -76,14 +75,8 @@ class NamedLocks(LockManager):
             max_holders=max_holders,
         )
         locks = database[check_collection_name(collection)]
-        ops = LockOperations(
-            options,
-            home=NAMES,
-            verdicts=EXCLUSIVE if lock_relationships is None else SHARED,
-            where=(database.client, locks.full_name),
-            codec_options=locks.codec_options,
-            listener=listener,
-        )
+        verdicts = EXCLUSIVE if lock_relationships is None else SHARED
+        ops = LockOperations.on(locks, options, home=NAMES, verdicts=verdicts, listener=listener)
         super().__init__(locks, ops)
 
     def acquire(
