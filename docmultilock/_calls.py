@@ -8,11 +8,13 @@ lock or renewing a held one with ``call._replace(lock=...)`` rather than parsing
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple, cast
 
 from docmultilock._lock import Lock
 
-__all__ = ["Call"]
+__all__ = ["Call", "new_call"]
 
 
 class Call(NamedTuple):
@@ -36,3 +38,9 @@ class Call(NamedTuple):
     limit: float | None
     #: The write concern in force.
     concern: int | str
+
+
+#: ``new_call((key, user_filter, tag, lock, lifetime_ms, limit, concern))``: a :class:`Call`
+#: made by ``tuple.__new__`` itself, without the Python-level ``__new__`` of a named tuple:
+#: two are made per lock cycle, on the hot path.
+new_call = cast(Callable[[tuple[Any, ...]], Call], partial(tuple.__new__, Call))

@@ -52,7 +52,8 @@ class LockFlows(Operating):
         entry, raised as :class:`AssertiveLock` to be continued.
         """
         pending = call.lock
-        user_filter, target = call.user_filter, self.target(call)
+        user_filter = call.user_filter
+        target = user_filter if pending is None else self.target(call)
         name = pending.tag if pending is not None else call.tag
         assert name is not None, "a new lock's call names its tag"
         lock_id = new_lock_id() if pending is None else pending.id

@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
 from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
-from docmultilock._calls import Call
+from docmultilock._calls import Call, new_call
 from docmultilock._command import Home, Verdicts
 from docmultilock._core import LockCore
 from docmultilock._events import Emitter, LockListener
@@ -150,16 +150,21 @@ class Operating:
                 "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
             )
         pending = None if lock is None else check_lock(lock, self.options.rules)
-        name = tag_or_only(tag, self.options.rules) if pending is None else None
-        lived = pending.tag if pending is not None else tag_or_only(tag, self.options.rules)
-        return Call(
-            key,
-            user_filter,
-            name,
-            pending,
-            None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
-            self.limit(timeout),
-            self.concern(w),
+        name: str | None = None
+        if pending is None:
+            name = lived = tag_or_only(tag, self.options.rules)
+        else:
+            lived = pending.tag
+        return new_call(
+            (
+                key,
+                user_filter,
+                name,
+                pending,
+                None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
+                self.limit(timeout),
+                self.concern(w),
+            )
         )
 
     def holding(
@@ -174,14 +179,16 @@ class Operating:
     ) -> Call:
         """The call of a release (``granted=False``) or an extension (``granted=True``)."""
         held = check_lock(lock, self.options.rules, granted=granted)
-        return Call(
-            key,
-            self.key_filter(key),
-            None,
-            held,
-            None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
-            self.limit(timeout),
-            self.concern(w),
+        return new_call(
+            (
+                key,
+                self.key_filter(key),
+                None,
+                held,
+                None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
+                self.limit(timeout),
+                self.concern(w),
+            )
         )
 
     def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Call:

@@ -11,7 +11,7 @@ manager's home and verdicts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from docmultilock._acquiring import capped
 from docmultilock._command import Command, Filter, Home, Verdicts
@@ -52,24 +52,16 @@ class Judge:
         #: The collection's full name (``db.collection``), for the errors that name it.
         self.namespace = namespace
 
-    def read(
-        self,
-        reply: Mapping[str, Any] | None,
-        user_filter: Filter,
-        lock: Lock | None,
-        doing: str,
-        lock_id: str | None = None,
-    ) -> Reply:
-        """Read a reply to acquire, release or extend of entry ``lock_id``; ``None``: no match.
+    def missing(self, user_filter: Filter, lock: Lock | None, doing: str) -> NoReturn:
+        """Raise what a reply of no document means to acquire, release or extend.
 
-        Their pipelines fail the command on a field that is not ours, so a reply is always
-        about one that is. A named lock's document is missing only once nobody holds the
-        name, so for ``lock`` that is a loss, never :class:`ResourceNotFound`.
+        Their pipelines fail the command on a field that is not ours, so any other reply is
+        about one that is (read by ``shape.read``). A named lock's document is missing only
+        once nobody holds the name, so for ``lock`` that is a loss, never
+        :class:`ResourceNotFound`.
         """
-        if reply is None:
-            self.absent(user_filter, lock, doing)
-            raise self.not_found(user_filter)  # a name nobody holds, where one was needed
-        return self.shape.read(reply, lock_id)
+        self.absent(user_filter, lock, doing)
+        raise self.not_found(user_filter)  # a name nobody holds, where one was needed
 
     def read_checked(
         self, reply: Mapping[str, Any] | None, user_filter: Filter, doing: str
@@ -86,7 +78,9 @@ class Judge:
                 f"{reply.get('v')!r}; docmultilock writes {LAYOUT}); nothing was written",
                 filter=user_filter,
             )
-        return self.read(reply, user_filter, None, doing)
+        if reply is None:
+            self.missing(user_filter, None, doing)
+        return self.shape.read(reply, None)
 
     def absent(self, user_filter: Filter, lock: Lock | None = None, doing: str = "") -> None:
         """Judge a reply of no document; return when it means nobody holds the key.
@@ -165,7 +159,9 @@ class AcquirePlan(NamedTuple):
         # A retried acquisition answered with the post-image (``_reply``) was applied: the
         # image holds our entry if it was granted or recorded pending, and the tags in the
         # way otherwise, exactly as the projection would have.
-        state = judge.read(reply, self.user_filter, self.continuing, "continue", self.lock_id)
+        if reply is None:
+            judge.missing(self.user_filter, self.continuing, "continue")
+        state = judge.shape.read(reply, self.lock_id)
         tags = state.tags if self.listed else frozenset((self.tag,))
         if state.mine is not None and state.mine.get("tag") != self.tag:
             # Only a continued lock can meet its id under another tag: one a client edited.
@@ -223,7 +219,9 @@ class ReleasePlan(NamedTuple):
         """Return quietly if our entry was there (live or expired); raise the loss otherwise."""
         # A retried release answered with the pre-image (``_reply``) was applied: our entry
         # in it means the lock was ours when it was removed.
-        state = self.judge.read(reply, self.user_filter, self.lock, "release", self.lock.id)
+        if reply is None:
+            self.judge.missing(self.user_filter, self.lock, "release")
+        state = self.judge.shape.read(reply, self.lock.id)
         if state.mine is None:
             raise self.judge.lost(self.lock, self.user_filter, "release")
 
@@ -240,7 +238,9 @@ class ExtendPlan(NamedTuple):
         """Return the lock with its new expiry, or raise the loss when it is not held."""
         # A retried extension answered with the post-image (``_reply``) shows our entry
         # with the expiry the applied attempt gave it.
-        state = self.judge.read(reply, self.user_filter, self.lock, "extend", self.lock.id)
+        if reply is None:
+            self.judge.missing(self.user_filter, self.lock, "extend")
+        state = self.judge.shape.read(reply, self.lock.id)
         mine = state.mine
         if mine is None or mine.get("pending") or mine.get("tag") != self.lock.tag:
             raise self.judge.lost(self.lock, self.user_filter, "extend")

@@ -260,7 +260,7 @@ def _canned_reply(
         "expires": now + datetime.timedelta(seconds=10),
         "ttl": 10_000,
     }
-    reply = {"_id": where["_id"], "ours": True, "t": "object", "v": 1, "mine": [entry]}
+    reply = {"i": where["_id"], "ours": True, "t": "object", "v": 1, "mine": [entry]}
     if return_document is ReturnDocument.AFTER:
         reply["tags"] = ["write"]
     return reply

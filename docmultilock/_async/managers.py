@@ -66,7 +66,7 @@ class AsyncLockManager:
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
         call = self._ops.reading(key, timeout=timeout)
-        return await self._run(self._ops.inspect(call, clock=self._clock))
+        return await self._run(self._ops.inspect(call, clock=self._run.clock))
 
     async def locked(
         self, key: Any, tag: str | None = None, *, timeout: Duration | None = None
@@ -79,7 +79,7 @@ class AsyncLockManager:
             read as "not locked").
         """
         call = self._ops.reading(key, tag=tag, timeout=timeout)
-        return await self._run(self._ops.locked(call, clock=self._clock))
+        return await self._run(self._ops.locked(call, clock=self._run.clock))
 
     async def preview_break(
         self,
@@ -104,7 +104,7 @@ class AsyncLockManager:
             key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout
         )
         return await self._run(
-            self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._clock)
+            self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
 
     async def break_lock(
@@ -138,7 +138,7 @@ class AsyncLockManager:
             key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout, w=w
         )
         return await self._run(
-            self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._clock)
+            self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
 
     def hold(
@@ -233,7 +233,7 @@ class _AsyncDocumentLocks(AsyncLockManager):
         :raises ResourceNotFound: the document no longer matches ``filter``.
         """
         call = self._ops.holding(filter, lock, granted=False, timeout=timeout, w=w)
-        await self._run(self._ops.release(call, clock=self._clock))
+        await self._run(self._ops.release(call, clock=self._run.clock))
 
     async def extend(
         self,
@@ -257,7 +257,7 @@ class _AsyncDocumentLocks(AsyncLockManager):
         call = self._ops.holding(
             filter, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return await self._run(self._ops.extend(call, clock=self._clock))
+        return await self._run(self._ops.extend(call, clock=self._run.clock))
 
     def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
         """Return a filter that matches the document only while ``lock`` is still held.
@@ -339,7 +339,7 @@ class AsyncMultiLock(_AsyncDocumentLocks):
         call = self._ops.acquiring(
             filter, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return await self._run(self._ops.acquire(call, clock=self._clock))
+        return await self._run(self._ops.acquire(call, clock=self._run.clock))
 
 
 class AsyncWriteLock(_AsyncDocumentLocks):
@@ -391,4 +391,4 @@ class AsyncWriteLock(_AsyncDocumentLocks):
         call = self._ops.acquiring(
             filter, tag="write", lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return await self._run(self._ops.acquire(call, clock=self._clock))
+        return await self._run(self._ops.acquire(call, clock=self._run.clock))

@@ -100,7 +100,7 @@ class AsyncNamedLocks(AsyncLockManager):
         call = self._ops.acquiring(
             name, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return await self._run(self._ops.acquire(call, clock=self._clock))
+        return await self._run(self._ops.acquire(call, clock=self._run.clock))
 
     async def release(
         self,
@@ -116,7 +116,7 @@ class AsyncNamedLocks(AsyncLockManager):
             with the default table).
         """
         call = self._ops.holding(name, lock, granted=False, timeout=timeout, w=w)
-        await self._run(self._ops.release(call, clock=self._clock))
+        await self._run(self._ops.release(call, clock=self._run.clock))
 
     async def extend(
         self,
@@ -136,7 +136,7 @@ class AsyncNamedLocks(AsyncLockManager):
         call = self._ops.holding(
             name, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return await self._run(self._ops.extend(call, clock=self._clock))
+        return await self._run(self._ops.extend(call, clock=self._run.clock))
 
     def guard(self, name: str, lock: Lock) -> dict[str, Any]:
         """A filter matching ``name``'s lock document only while ``lock`` is still held.

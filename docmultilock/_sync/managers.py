@@ -68,7 +68,7 @@ class LockManager:
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
         call = self._ops.reading(key, timeout=timeout)
-        return self._run(self._ops.inspect(call, clock=self._clock))
+        return self._run(self._ops.inspect(call, clock=self._run.clock))
 
     def locked(self, key: Any, tag: str | None = None, *, timeout: Duration | None = None) -> bool:
         """True when a granted, unexpired entry (of ``tag``, if given) holds ``key`` now.
@@ -79,7 +79,7 @@ class LockManager:
             read as "not locked").
         """
         call = self._ops.reading(key, tag=tag, timeout=timeout)
-        return self._run(self._ops.locked(call, clock=self._clock))
+        return self._run(self._ops.locked(call, clock=self._run.clock))
 
     def preview_break(
         self,
@@ -103,7 +103,9 @@ class LockManager:
         call, mode, entry = self._ops.breaking(
             key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout
         )
-        return self._run(self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._clock))
+        return self._run(
+            self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._run.clock)
+        )
 
     def break_lock(
         self,
@@ -135,7 +137,9 @@ class LockManager:
         call, mode, entry = self._ops.breaking(
             key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout, w=w
         )
-        return self._run(self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._clock))
+        return self._run(
+            self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._run.clock)
+        )
 
     def hold(
         self,
@@ -229,7 +233,7 @@ class _DocumentLocks(LockManager):
         :raises ResourceNotFound: the document no longer matches ``filter``.
         """
         call = self._ops.holding(filter, lock, granted=False, timeout=timeout, w=w)
-        self._run(self._ops.release(call, clock=self._clock))
+        self._run(self._ops.release(call, clock=self._run.clock))
 
     def extend(
         self,
@@ -253,7 +257,7 @@ class _DocumentLocks(LockManager):
         call = self._ops.holding(
             filter, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.extend(call, clock=self._clock))
+        return self._run(self._ops.extend(call, clock=self._run.clock))
 
     def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
         """Return a filter that matches the document only while ``lock`` is still held.
@@ -335,7 +339,7 @@ class MultiLock(_DocumentLocks):
         call = self._ops.acquiring(
             filter, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.acquire(call, clock=self._clock))
+        return self._run(self._ops.acquire(call, clock=self._run.clock))
 
 
 class WriteLock(_DocumentLocks):
@@ -387,4 +391,4 @@ class WriteLock(_DocumentLocks):
         call = self._ops.acquiring(
             filter, tag="write", lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.acquire(call, clock=self._clock))
+        return self._run(self._ops.acquire(call, clock=self._run.clock))

@@ -102,7 +102,7 @@ class NamedLocks(LockManager):
         call = self._ops.acquiring(
             name, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.acquire(call, clock=self._clock))
+        return self._run(self._ops.acquire(call, clock=self._run.clock))
 
     def release(
         self,
@@ -118,7 +118,7 @@ class NamedLocks(LockManager):
             with the default table).
         """
         call = self._ops.holding(name, lock, granted=False, timeout=timeout, w=w)
-        self._run(self._ops.release(call, clock=self._clock))
+        self._run(self._ops.release(call, clock=self._run.clock))
 
     def extend(
         self,
@@ -138,7 +138,7 @@ class NamedLocks(LockManager):
         call = self._ops.holding(
             name, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.extend(call, clock=self._clock))
+        return self._run(self._ops.extend(call, clock=self._run.clock))
 
     def guard(self, name: str, lock: Lock) -> dict[str, Any]:
         """A filter matching ``name``'s lock document only while ``lock`` is still held.
