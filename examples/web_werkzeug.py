@@ -120,7 +120,9 @@ class OrdersApp:
         if not (
             isinstance(body, dict)
             and isinstance(body.get("lock"), dict)
-            and body.get("status") in STATUSES
+            # A str first: a JSON object or array is unhashable, and ``in`` a set would raise.
+            and isinstance(body.get("status"), str)
+            and body["status"] in STATUSES
         ):
             raise BadRequest(f'send {{"lock": ..., "status": one of {sorted(STATUSES)}}}')
         try:

@@ -99,6 +99,20 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
+@pytest.mark.parametrize("status", [{"$ne": None}, ["paid"], 3, None, "lost"])
+def test_web_example_refuses_a_status_that_is_not_one_of_its_strings_with_400(
+    collection: Collection[dict[str, Any]], status: Any
+) -> None:
+    collection.insert_one({"_id": 1, "status": "new"})
+    browser = Client(load_example("web_werkzeug.py").OrdersApp(collection))
+    lock = browser.post("/locks", json={"order_id": 1}).get_json()["lock"]
+
+    response = browser.put("/orders/1", json={"lock": lock, "status": status})
+
+    assert response.status_code == 400
+    assert collection.find_one({"_id": 1}, {"lock": 0}) == {"_id": 1, "status": "new"}
+
+
 @pytest.mark.parametrize(
     "order_id",
     [{"$ne": None}, {"$gt": 0}, {"$where": "true"}, "1", [1], 1.5, True, None, 2**64, -1],
