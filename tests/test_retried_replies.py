@@ -3,7 +3,7 @@
 On a MongoDB replica set, a ``findAndModify`` whose reply was lost after it was applied (a
 dropped connection, a fail-over) and that pymongo retries with the same session and
 transaction number is answered from the oplog with the document's **full** pre- or
-post-image, without the command's projection (``docmultilock/_images.py``). The embedded
+post-image, without the command's projection (``docmultilock/_reply.py``). The embedded
 server runs the retry again instead, so the proxy (``tests/proxy.py``,
 ``answer_retries_as_mongodb``) plays MongoDB's part: it sends the command without its
 projection, drops the reply, and answers the retry with that image itself.
