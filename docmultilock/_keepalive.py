@@ -26,6 +26,7 @@ import functools
 import itertools
 import logging
 import threading
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -64,6 +65,48 @@ class Job:
     lose: Callable[[], None]
     #: Renew this many seconds before the estimate.
     lead: float
+
+    @classmethod
+    def weakly(
+        cls,
+        extend: Callable[[float], float | None],
+        lose: Callable[[], None],
+        *,
+        lead: float,
+        name: str,
+    ) -> Job:
+        """A job that holds its holder (the owner of the bound methods) weakly.
+
+        A ``hold()`` dropped without its exit (never left, then garbage-collected) is no
+        longer renewed: its next renewal finds it gone, logs a warning naming ``name``,
+        and ends the job, so its lock expires within its lifetime and the keep-alive stops
+        once nothing else is kept. Strong references would renew it for ever.
+        """
+        extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
+
+        def extend_weakly(limit: float) -> float | None:
+            method = extending()
+            if method is None:
+                _dropped(name)
+                return None
+            return method(limit)
+
+        def lose_weakly() -> None:
+            method = losing()
+            if method is not None:
+                method()
+
+        return cls(extend_weakly, lose_weakly, lead)
+
+
+def _dropped(name: str) -> None:
+    """Log that the hold of ``name`` was dropped without its exit; its renewals end."""
+    log.warning(
+        "the hold() of %s was garbage-collected without leaving its block: no longer "
+        "renewed, it expires within its lifetime (leave a hold() with 'with' or "
+        "'async with')",
+        name,
+    )
 
 
 class Extender:
@@ -214,6 +257,32 @@ class AsyncJob:
     lose: Callable[[], None]
     #: Renew this many seconds before the estimate.
     lead: float
+
+    @classmethod
+    def weakly(
+        cls,
+        extend: Callable[[float], Awaitable[float | None]],
+        lose: Callable[[], None],
+        *,
+        lead: float,
+        name: str,
+    ) -> AsyncJob:
+        """A job that holds its holder weakly (see :meth:`Job.weakly`)."""
+        extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
+
+        async def extend_weakly(limit: float) -> float | None:
+            method = extending()
+            if method is None:
+                _dropped(name)
+                return None
+            return await method(limit)
+
+        def lose_weakly() -> None:
+            method = losing()
+            if method is not None:
+                method()
+
+        return cls(extend_weakly, lose_weakly, lead)
 
 
 class AsyncExtender:

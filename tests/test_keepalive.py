@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,10 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
+from pymongo import AsyncMongoClient, MongoClient
 from pymongo.collection import Collection
 
-from docmultilock import DbError, WriteLock, _clock
+from docmultilock import AsyncWriteLock, DbError, LockAlreadyTaken, WriteLock, _clock
 from docmultilock._keepalive import (
     EXTENSION_NAME,
     THREAD_NAME,
@@ -241,3 +242,56 @@ def test_a_stalled_extension_delays_neither_the_other_locks_nor_its_own_loss(
             block.close()
     assert a.error is not None
     assert all(b.error is None for b in bs)
+
+
+# -- a hold dropped without its exit ---------------------------------------------------------
+
+
+def _free(collection: Collection[Doc]) -> bool:
+    """True once no live entry holds document 1 (a new write lock is granted)."""
+    probe = WriteLock(collection, lock_timeout=5.0)
+    try:
+        lock = probe.acquire({"_id": 1})
+    except LockAlreadyTaken:
+        return False
+    probe.release({"_id": 1}, lock)
+    return True
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_hold_dropped_without_its_exit_stops_being_renewed(
+    collection: Collection[Doc],
+    uri: str,
+    flavour: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # python-redis-lock's test_auto_renewal_stops_after_gc, ported: a hold(keepalive=True)
+    # entered and then garbage-collected without its exit must not keep its lock for ever.
+    collection.insert_one({"_id": 1})
+    if flavour == "sync":
+        hold: Any = WriteLock(collection, lock_timeout=1.0).hold({"_id": 1}, keepalive=True)
+        hold.__enter__()
+        del hold
+        gc.collect()
+        wait_until(lambda: _free(collection), timeout=15.0)
+    else:
+
+        async def drop() -> None:
+            client: AsyncMongoClient[Doc] = AsyncMongoClient(uri, **CLIENT_OPTIONS)
+            try:
+                locks = AsyncWriteLock(
+                    client[collection.database.name][collection.name], lock_timeout=1.0
+                )
+                hold: Any = locks.hold({"_id": 1}, keepalive=True)
+                await hold.__aenter__()
+                del hold
+                gc.collect()
+                deadline = time.monotonic() + 15.0
+                while not _free(collection):
+                    assert time.monotonic() < deadline, "the dropped hold is still renewed"
+                    await asyncio.sleep(0.1)
+            finally:
+                await client.close()
+
+        asyncio.run(drop())
+    assert "garbage-collected without leaving its block" in caplog.text

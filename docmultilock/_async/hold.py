@@ -41,7 +41,13 @@ class AsyncHeldLock:
         self._holding = holding
         spec = holding.spec
         self.lost = asyncio.Event()
-        self._job = AsyncJob(self._renew, self._overdue, lead=spec.lifetime - spec.every)
+        # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
+        self._job = AsyncJob.weakly(
+            self._renew,
+            self._overdue,
+            lead=spec.lifetime - spec.every,
+            name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
+        )
 
     def __repr__(self) -> str:
         state = "lost" if self.lost.is_set() else "held"
