@@ -68,9 +68,21 @@ def venv_with(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> VenvWith
     def make(extras: tuple[str, ...]) -> Path:
         if extras not in made:
             home = tmp_path_factory.mktemp("venv")
-            run(sys.executable, "-m", "venv", home)
+            # Without pip of its own, installed into by this pip (``--python``), and without
+            # compiling every installed module: the same packages, in a third of the time.
+            run(sys.executable, "-m", "venv", "--without-pip", home)
             python = home / ("Scripts" if sys.platform == "win32" else "bin") / "python"
-            run(python, "-m", "pip", "install", f"{wheel}[{','.join(extras)}]")
+            run(
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                python,
+                "install",
+                "--no-compile",
+                "--disable-pip-version-check",
+                f"{wheel}[{','.join(extras)}]",
+            )
             made[extras] = python
         return made[extras]
 
