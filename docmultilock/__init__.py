@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from docmultilock._async.hold import AsyncHeldLock
+from docmultilock._async.hold import AsyncHeldLock, AsyncHeldLocks
 from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
 from docmultilock._async.named import AsyncNamedLocks
 from docmultilock._events import LockEvent, LockListener
 from docmultilock._lock import Lock, LockSchema
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-from docmultilock._sync.hold import HeldLock
+from docmultilock._sync.hold import HeldLock, HeldLocks
 from docmultilock._sync.managers import MultiLock, WriteLock
 from docmultilock._sync.named import NamedLocks
 from docmultilock.errors import (
@@ -55,6 +55,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "AssertiveLock",
     "AsyncHeldLock",
+    "AsyncHeldLocks",
     "AsyncMultiLock",
     "AsyncNamedLocks",
     "AsyncWriteLock",
@@ -63,6 +64,7 @@ __all__ = [
     "DbTimeout",
     "DocumentTooLarge",
     "HeldLock",
+    "HeldLocks",
     "HolderSnapshot",
     "IncompatibleLockField",
     "InvalidArgument",

@@ -50,6 +50,8 @@ __all__ = [
     "HoldSpec",
     "Holding",
     "OnLost",
+    "Tend",
+    "extend_flow",
     "plan_hold",
     "release_flow",
     "renew_flow",
@@ -60,6 +62,9 @@ log = logging.getLogger("docmultilock")
 
 #: Called once, from wherever the loss was found, with the lock and why it is lost.
 OnLost = Callable[[Lock, LockError], object]
+
+#: Run between a waiter's attempts; answers within how many seconds it must run again.
+Tend = Callable[[], Flow[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +178,14 @@ def plan_hold(
     )
 
 
-def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[Lock, float]]:
+def wait_flow(
+    ops: LockOperations, spec: HoldSpec, clock: Clock, *, tend: Tend | None = None
+) -> Flow[tuple[Lock, float]]:
     """Acquire, retrying refusals until ``spec.wait`` runs out; the lock and when it was sent.
+
+    ``tend``, when given, runs before each wait between attempts and answers within how many
+    seconds it must run again: a lock set (``_lockset``) renews there the locks it already
+    holds, so that none expires while it waits for the next.
 
     With ``spec.wake``, once a refusal names the document, the wait between attempts is a
     :class:`WaitChange` on it: the next attempt goes at once when the lock field changes,
@@ -224,6 +235,8 @@ def wait_flow(ops: LockOperations, spec: HoldSpec, clock: Clock) -> Flow[tuple[L
                     blocking_tags=getattr(last, "blocking_tags", ()),
                 ) from last
             left = spec.wait - waited
+            if tend is not None:
+                left = min(left, (yield from tend()))
             entry = None if pending is None else pending.id
             if wake and watch is None:
                 document_id = _document_of(pending, last)

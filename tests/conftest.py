@@ -20,6 +20,9 @@ from tests.flavours import MakeLock, Portal, Twins, flavoured
 from tests.helpers import USER_FIELDS, CommandLog, Doc, Proxied
 from tests.proxy import ReplyCutter
 
+#: The fixtures that run a suite over every lock manager (``subject``, ``build``, ...).
+pytest_plugins = ["tests.subjects"]
+
 
 @pytest.fixture(scope="session")
 def portal() -> Iterator[Portal]:

@@ -153,9 +153,11 @@ class _Forwarding:
 
 
 class HeldView(_Forwarding):
-    """An :class:`~docmultilock.AsyncHeldLock` behind the sync ``HeldLock``'s API."""
+    """An :class:`~docmultilock.AsyncHeldLock` (or ``AsyncHeldLocks``) behind the sync API."""
 
-    def __init__(self, held: docmultilock.AsyncHeldLock, portal: Portal) -> None:
+    def __init__(
+        self, held: docmultilock.AsyncHeldLock | docmultilock.AsyncHeldLocks, portal: Portal
+    ) -> None:
         self.wrapped = held
         self._portal = portal
         self.lost = _EventView(held.lost)
@@ -193,8 +195,8 @@ class AsyncView(_Forwarding):
         object.__setattr__(self, "collection", collection)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "hold":
-            hold = self.wrapped.hold
+        if name in ("hold", "hold_all"):
+            hold = getattr(self.wrapped, name)
             return lambda *args, **kwargs: HoldView(hold(*args, **kwargs), self._portal)
         return super().__getattr__(name)
 

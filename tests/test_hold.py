@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import random
 import threading
@@ -29,7 +28,6 @@ from docmultilock import (
     LockNotFound,
     LockTimeout,
     MultiLock,
-    NamedLocks,
     ResourceNotFound,
     WriteLock,
 )
@@ -37,119 +35,11 @@ from docmultilock._flows import Clock
 from docmultilock._holding import Backoff
 from docmultilock._keepalive import SLOTS, THREAD_NAME
 from docmultilock.testing import EmbeddedServer
-from tests.flavours import MakeLock, Portal, Twins, flavoured
-from tests.helpers import USER_FIELDS, CommandLog, stored_lock, wait_until
+from tests.flavours import Portal, Twins, flavoured
+from tests.helpers import CommandLog, stored_lock, wait_until
+from tests.subjects import Build, Manager, Subject
 
 Doc = dict[str, Any]
-Manager = WriteLock | MultiLock | NamedLocks
-
-
-@dataclass
-class Subject:
-    """One lock manager class under test: how to build it, its keys, where its state lives."""
-
-    make: Callable[..., Manager]  # (collection, **options) -> a manager
-    collection: Collection[Doc]  # where the lock state is stored
-    tag: str | None  # what hold() is given as tag=
-    new_key: Callable[[int], Any]  # a lockable key number i (creating what it needs)
-    state: Callable[[Any], Doc]  # key -> filter of the document holding its lock state
-    key: Any = None
-    locks: Manager = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.key = self.new_key(1)
-        self.locks = self.make(self.collection)
-
-    def manager(self, **options: Any) -> Manager:
-        return self.make(self.collection, **options)
-
-    def hold(
-        self, locks: Manager | None = None, key: Any = None, **kwargs: Any
-    ) -> contextlib.AbstractContextManager[HeldLock]:
-        locks = self.locks if locks is None else locks
-        return locks.hold(self.key if key is None else key, tag=self.tag, **kwargs)
-
-    def stored(self, key: Any = None) -> Any:
-        found = self.collection.find_one(self.state(self.key if key is None else key))
-        return None if found is None else found.get("lock")
-
-    def holders(self) -> list[Doc]:
-        stored = self.stored()
-        return [] if stored is None else list(stored.get("holders", []))
-
-    def steal(self) -> None:
-        """What an administrator does to break a lock: remove the lock field."""
-        self.collection.update_one(self.state(self.key), {"$unset": {"lock": ""}})
-
-    def is_refused(self) -> bool:
-        """True when another manager cannot take the lock now."""
-        try:
-            with self.hold(self.manager()):
-                return False
-        except LockConflict:
-            return True
-
-
-Build = Callable[[Collection[Doc]], Subject]
-
-
-Builder = Callable[[MakeLock, Collection[Doc]], Subject]
-
-
-def _in_document(cls: type[Manager], tag: str | None) -> Builder:
-    def build(make_lock: MakeLock, collection: Collection[Doc]) -> Subject:
-        def new_key(i: int) -> Doc:
-            collection.insert_one({"_id": i, **USER_FIELDS})
-            return {"_id": i}
-
-        def make(collection: Collection[Doc], **options: Any) -> Manager:
-            return make_lock(cls, collection, **options)
-
-        return Subject(make, collection, tag, new_key, state=lambda key: key)
-
-    return build
-
-
-def _named(make_lock: MakeLock, collection: Collection[Doc]) -> Subject:
-    def make(collection: Collection[Doc], **options: Any) -> NamedLocks:
-        return make_lock(NamedLocks, collection.database, collection.name, **options)
-
-    return Subject(make, collection, None, lambda i: f"job-{i}", state=lambda name: {"_id": name})
-
-
-#: Every lock manager hold() runs on; a new manager is one more line here.
-SUBJECTS: dict[str, Builder] = {
-    "WriteLock": _in_document(WriteLock, None),
-    "MultiLock": _in_document(MultiLock, "write"),
-    "NamedLocks": _named,
-}
-
-
-@pytest.fixture(params=sorted(SUBJECTS))
-def build(request: pytest.FixtureRequest, make_lock: MakeLock) -> Build:
-    """Builds the subject of each manager, in the test's flavour."""
-    return functools.partial(SUBJECTS[request.param], make_lock)
-
-
-@pytest.fixture
-def subject(build: Build, collection: Collection[Doc]) -> Subject:
-    return build(collection)
-
-
-@pytest.fixture(params=sorted(SUBJECTS))
-def sync_subject(
-    request: pytest.FixtureRequest, twins: Twins, collection: Collection[Doc]
-) -> Subject:
-    """The subject of each manager in the sync flavour only (its keep-alive is threads)."""
-    return SUBJECTS[request.param](functools.partial(flavoured, "sync", twins), collection)
-
-
-@pytest.fixture(params=sorted(SUBJECTS))
-def async_subject(
-    request: pytest.FixtureRequest, twins: Twins, collection: Collection[Doc]
-) -> Subject:
-    """The subject of each manager in the async flavour only (its keep-alive is tasks)."""
-    return SUBJECTS[request.param](functools.partial(flavoured, "async", twins), collection)
 
 
 @dataclass

@@ -17,10 +17,11 @@ from docmultilock._flavour import AsyncOnly
 from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
 from docmultilock._keepalive import AsyncExtender, AsyncJob
 from docmultilock._lock import Lock
+from docmultilock._lockset import LockSet, take_all_flow
 from docmultilock._operations import LockOperations
-from docmultilock.errors import DbTimeout, LockError
+from docmultilock.errors import DbTimeout, InvalidArgument, LockError
 
-__all__ = ["AsyncHeldLock", "AsyncHold"]
+__all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
 T = TypeVar("T")
 
@@ -35,12 +36,20 @@ class AsyncHeldLock:
     :ivar error: the :class:`~docmultilock.LockError` that told, once ``lost`` is set.
     """
 
-    def __init__(self, ops: LockOperations, runner: AsyncRunner, holding: Holding) -> None:
+    def __init__(
+        self,
+        ops: LockOperations,
+        runner: AsyncRunner,
+        holding: Holding,
+        *,
+        lost: asyncio.Event | None = None,
+    ) -> None:
         self._ops = ops
         self._run = runner
         self._holding = holding
         spec = holding.spec
-        self.lost = asyncio.Event()
+        # A lock of a set shares the set's event: it tells that any lock of the set is lost.
+        self.lost = asyncio.Event() if lost is None else lost
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
         self._job = AsyncJob.weakly(
             self._renew,
@@ -91,6 +100,11 @@ class AsyncHeldLock:
         error = self._ops.lost_write(self._holding.spec.key, self.lock)
         self._lose(error)
         raise self._run.mapped(error)
+
+    def _keep_alive(self) -> None:
+        """Have the keep-alive extend this lock from now on, if the hold asked for it."""
+        if self._holding.spec.keepalive:
+            AsyncExtender.current().add(self._job, self._holding.expires)
 
     def _lose(self, error: LockError) -> None:
         """Record the loss once: set ``lost``, then tell ``on_lost`` (its errors are logged)."""
@@ -165,8 +179,7 @@ class AsyncHold(AsyncOnly):
         lock, sent = await self._run(wait_flow(self._ops, self._spec, self._run.clock))
         held = AsyncHeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
         self._held = held
-        if self._spec.keepalive:
-            AsyncExtender.current().add(held._job, held._holding.expires)
+        held._keep_alive()
         return held
 
     async def __aexit__(
@@ -185,3 +198,102 @@ class AsyncHold(AsyncOnly):
             await held._release(quiet=False)
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+
+class AsyncHeldLocks:
+    """The locks of a set held for the span of an ``async with manager.hold_all(...)`` block.
+
+    :ivar lost: an event set once any lock of the set is known or feared lost.
+    :ivar members: each lock's :class:`AsyncHeldLock`, in the caller's order of keys.
+    """
+
+    def __init__(
+        self, ops: LockOperations, locks: LockSet, members: list[AsyncHeldLock], lost: asyncio.Event
+    ) -> None:
+        self._ops = ops
+        self._set = locks
+        self.members = members
+        self.lost = lost
+        self._guarded = 0 if len(members) == 1 else -1  # where the last guard() pointed
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else "held"
+        return f"<{type(self).__name__} of {len(self.members)} locks: {state}>"
+
+    @property
+    def locks(self) -> list[Lock]:
+        """The current :class:`~docmultilock.Lock` of each key, in the caller's order."""
+        return [member.lock for member in self.members]
+
+    @property
+    def errors(self) -> list[LockError]:
+        """Why each lost lock is lost, in the caller's order (empty while all are held)."""
+        return [member.error for member in self.members if member.error is not None]
+
+    def guard(self, key: Any) -> dict[str, Any]:
+        """A filter matching ``key``'s document only while the set's lock on it is held.
+
+        ::
+
+            await accounts.update_one(held.guard({"_id": "A"}), {"$inc": {"balance": -10}})
+
+        :raises InvalidArgument: ``key`` is not one of the set's.
+        """
+        self._guarded = place = self._set.place_of(self._ops, key)
+        return self.members[place].guard()
+
+    def require(self, result: T, key: Any = None) -> T:
+        """Return ``result`` of a guarded write; raise that key's loss if it matched nothing.
+
+        As :meth:`AsyncHeldLock.require` does for the lock of ``key``: by default the key of
+        the last :meth:`guard` call, as in the usual one-liner (pass ``key`` where tasks
+        share the set)::
+
+            held.require(await accounts.update_one(held.guard(a), {"$inc": {"n": 1}}))
+
+        :raises InvalidArgument: no ``key``, and :meth:`guard` was never called.
+        """
+        place = self._guarded if key is None else self._set.place_of(self._ops, key)
+        if place < 0:
+            raise InvalidArgument("require() needs key=: guard() of this set was never called")
+        return self.members[place].require(result)
+
+
+class AsyncHoldAll(AsyncOnly):
+    """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
+
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
+        self._ops = ops
+        self._run = runner
+        self._set = locks
+        self._held: AsyncHeldLocks | None = None
+
+    async def __aenter__(self) -> AsyncHeldLocks:
+        if self._held is not None:
+            raise RuntimeError("this hold_all() was entered already; call hold_all() again")
+        taken = await self._run(take_all_flow(self._ops, self._set, self._run.clock))
+        lost = asyncio.Event()
+        members = [AsyncHeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
+        self._held = AsyncHeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
+        for member in members:
+            member._keep_alive()
+        return self._held
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        held = self._held
+        assert held is not None, "__aexit__ without __aenter__"
+        # Every lock is released, in the reverse of the order they were taken in, whatever
+        # the others answer; the body's own exception wins over any loss found.
+        errors: dict[int, LockError] = {}
+        for place in reversed(self._set.places):
+            try:
+                await held.members[place]._release(quiet=exc_type is not None)
+            except LockError as err:
+                errors[place] = err
+        if errors:
+            raise self._run.mapped(errors[min(errors)])

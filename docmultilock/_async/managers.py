@@ -15,6 +15,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from docmultilock._args import check_flavour
 from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
 from docmultilock._async.hold import AsyncHold
+from docmultilock._async.sets import AsyncLockSets
 from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock
@@ -31,7 +32,7 @@ __all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
 T = TypeVar("T")
 
 
-class AsyncLockManager:
+class AsyncLockManager(AsyncLockSets):
     """What every async lock manager shares: its runner, the read-side calls, ``hold()``."""
 
     def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:

@@ -26,6 +26,7 @@ from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.driver import MongoIO, Runner
 from docmultilock._sync.hold import Hold
+from docmultilock._sync.sets import LockSets
 from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
 
 __all__ = ["LockManager", "MultiLock", "WriteLock"]
@@ -33,7 +34,7 @@ __all__ = ["LockManager", "MultiLock", "WriteLock"]
 T = TypeVar("T")
 
 
-class LockManager:
+class LockManager(LockSets):
     """What every sync lock manager shares: its runner, the read-side calls, ``hold()``."""
 
     def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:

@@ -1,0 +1,155 @@
+"""Lock sets for the async managers: ``hold_all``, ``acquire_all``, ``release_all``.
+
+Every lock manager has them (a mixin of :class:`~docmultilock.AsyncLockManager`): each
+method parses its calls once, and ``_lockset``'s flows decide the order and the all or
+nothing; this shell only runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from docmultilock._async.driver import AsyncRunner
+from docmultilock._async.hold import AsyncHoldAll
+from docmultilock._holding import OnLost, plan_hold
+from docmultilock._lock import Lock
+from docmultilock._lockset import (
+    canonical,
+    key_sequence,
+    plan_set,
+    release_all_flow,
+    take_all_flow,
+)
+from docmultilock._operations import LockOperations
+from docmultilock.errors import InvalidArgument
+from docmultilock.options import Duration
+
+__all__ = ["AsyncLockSets"]
+
+
+class AsyncLockSets:
+    """Taking several locks of one manager all or nothing, in one canonical order."""
+
+    _ops: LockOperations
+    _run: AsyncRunner
+
+    def hold_all(
+        self,
+        keys: Sequence[Any],
+        *,
+        tag: str | None = None,
+        wait: Duration | None = None,
+        backoff: tuple[float, float] = (0.01, 0.8),
+        keepalive: bool = False,
+        extend_every: Duration | None = None,
+        on_lost: OnLost | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+        wake: Literal["changes", "poll"] = "changes",
+        fair: bool = False,
+    ) -> AsyncHoldAll:
+        """Hold a ``tag`` lock on every key for the span of an ``async with`` block.
+
+        The locks are taken in one canonical order (by ``_id``, in MongoDB's comparison
+        order; names in code point order), whatever order ``keys`` has, so two holders of
+        overlapping sets never deadlock. All or nothing: a refusal, or ``wait`` running
+        out, releases every lock taken so far and raises that key's own error. While it
+        waits for a key, the locks already taken are kept and extended as they fall due.
+        The exit releases every lock, in reverse order, also on an exception::
+
+            async with accounts.hold_all([{"_id": "A"}, {"_id": "B"}], wait=5.0) as held:
+                held.require(await db.accounts.update_one(held.guard({"_id": "A"}), debit))
+                held.require(await db.accounts.update_one(held.guard({"_id": "B"}), credit))
+
+        The arguments are :meth:`hold`'s, for every lock of the set (``wait`` is the whole
+        set's; ``on_lost`` is called once per lost lock).
+
+        :param keys: filters that each select one document by ``_id`` equality, or names.
+        :raises InvalidArgument: ``keys`` is empty, names one document twice, or has a
+            filter that does not select by ``_id`` equality (before anything is written).
+        :raises LockConflict: a key refused, without ``wait`` (its error names it).
+        :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
+        """
+        calls = [
+            self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
+            for key in key_sequence(keys)
+        ]
+        spec = plan_hold(
+            self._ops,
+            calls[0],
+            wait=wait,
+            backoff=backoff,
+            keepalive=keepalive,
+            extend_every=extend_every,
+            on_lost=on_lost,
+            wake=wake,
+            fair=fair,
+        )
+        return AsyncHoldAll(self._ops, self._run, plan_set(self._ops, keys, calls, spec))
+
+    async def acquire_all(
+        self,
+        keys: Sequence[Any],
+        *,
+        tag: str | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> list[Lock]:
+        """Acquire a ``tag`` lock on every key, all or nothing, trying once; the locks in order.
+
+        For a set held across requests (each lock goes to a client through
+        :class:`~docmultilock.LockSchema`); :meth:`release_all` gives them back. Taken in
+        :meth:`hold_all`'s canonical order; a refusal releases what was taken and raises
+        that key's error (an assertive refusal's pending entry withdrawn).
+
+        :raises InvalidArgument: as :meth:`hold_all`.
+        :raises LockConflict: a key refused (its error names it).
+        """
+        calls = [
+            self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
+            for key in key_sequence(keys)
+        ]
+        spec = plan_hold(
+            self._ops,
+            calls[0],
+            wait=None,
+            backoff=(0.01, 0.8),
+            keepalive=False,
+            extend_every=None,
+            on_lost=None,
+        )
+        locks = plan_set(self._ops, keys, calls, spec)
+        taken = await self._run(take_all_flow(self._ops, locks, self._run.clock))
+        return locks.in_callers_order([holding.lock for holding in taken])
+
+    async def release_all(
+        self,
+        keys: Sequence[Any],
+        locks: Sequence[Lock],
+        *,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> None:
+        """Release each lock of ``locks`` on its key (the two in the same order), all of them.
+
+        Every release is tried, in the reverse of the canonical order, whatever the others
+        answer; then the first error, in the order of ``keys``, is raised (the loss error
+        when a lock was already gone).
+
+        :raises InvalidArgument: ``keys`` and ``locks`` differ in length, or as
+            :meth:`hold_all` (before anything is written).
+        """
+        keys = key_sequence(keys)
+        if isinstance(locks, Lock) or not isinstance(locks, Sequence) or len(locks) != len(keys):
+            raise InvalidArgument(
+                f"locks must be a sequence of one Lock per key ({len(keys)}), in the keys' order"
+            )
+        calls = [
+            self._ops.holding(key, lock, granted=False, timeout=timeout, w=w)
+            for key, lock in zip(keys, locks, strict=True)
+        ]
+        _, order = canonical(self._ops, keys)
+        await self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))
