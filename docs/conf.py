@@ -70,7 +70,9 @@ nitpick_ignore = [
     ("py:class", "Request"),
     ("py:class", "Response"),
     # What hold() returns: private context managers, entered at once; the API reference documents
-    # the HeldLock and AsyncHeldLock they yield instead.
+    # the HeldLock(s) and AsyncHeldLock(s) they yield instead.
     ("py:class", "docmultilock._sync.hold.Hold"),
     ("py:class", "docmultilock._async.hold.AsyncHold"),
+    ("py:class", "docmultilock._sync.hold.HoldAll"),
+    ("py:class", "docmultilock._async.hold.AsyncHoldAll"),
 ]

@@ -10,12 +10,15 @@ import pytest
 from pymongo.collection import Collection
 
 from docmultilock import AssertiveLock, MultiLock
+from docmultilock._bench._sets import PROCESSES as PROCESSES_OF_SETS
+from docmultilock._bench._sets import run_sets
 from tests._workers import contend, hold_read_lock
 
 Doc = dict[str, Any]
 
 PROCESSES = 4
 SECONDS = 4.0
+SET_SECONDS = 20.0
 
 
 @pytest.mark.slow
@@ -72,3 +75,18 @@ def test_a_writer_gets_through_after_a_reader_process_is_killed(
         reader.kill()
         reader.join()
         reader.close()
+
+
+@pytest.mark.slow
+def test_lock_sets_in_several_processes_neither_deadlock_nor_overlap(
+    uri: str, collection: Collection[Doc]
+) -> None:
+    # 8 processes hold random sets of 2 to 4 of 10 documents, each given in a random order,
+    # for 20 s (the worker of bench scenario 14): a deadlock shows as a set timing out.
+    where = (collection.database.name, collection.name)
+    results = run_sets(uri, where, SET_SECONDS, (2, 4))
+    print("grants per process:", [r["grants"] for r in results])
+    assert [r["violations"] for r in results] == [0] * PROCESSES_OF_SETS
+    assert [r["timeouts"] for r in results] == [0] * PROCESSES_OF_SETS
+    assert all(r["grants"] > 0 for r in results)
+    assert collection.count_documents({"inside": {"$ne": 0}}) == 0

@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import version
 
-from docmultilock._bench import _capacity, _commands, _contended, _flavours, _handoff, _single
+from docmultilock._bench import (
+    _capacity,
+    _commands,
+    _contended,
+    _flavours,
+    _handoff,
+    _sets,
+    _single,
+)
 from docmultilock._bench._bed import Context, KeepAlive, Outcome, connect, server_version
 from docmultilock._bench._report import Progress, Report
 from docmultilock.testing import URI_VARIABLE, EmbeddedServer
@@ -35,6 +43,7 @@ SCENARIOS = {
     11: "hand-off latency",
     12: "commands per grant while waiting",
     13: "fairness: 4 processes, 1 document",
+    14: "lock sets: 8 processes, random pairs of 10 documents",
 }
 
 #: The scenarios whose rows set docmultilock beside the raw pymongo floor.
@@ -58,6 +67,7 @@ MEASUREMENTS: list[tuple[str, frozenset[int], Callable[[Context], Outcome]]] = [
     ("async beside sync", frozenset({10}), _flavours.async_beside_sync),
     ("hand-off, 1 process, 1 document", frozenset({11, 12}), _handoff.handoff),
     ("fairness, 4 processes, 1 document", frozenset({13}), _handoff.fairness),
+    ("lock sets, 8 processes, 10 documents", frozenset({14}), _sets.sets),
 ]
 
 
