@@ -34,7 +34,14 @@ from bson.timestamp import Timestamp
 
 from docmultilock._calls import Call
 from docmultilock._flows import Clock, Flow
-from docmultilock._holding import Holding, HoldSpec, extend_flow, release_flow, wait_flow
+from docmultilock._holding import (
+    Holding,
+    HoldSpec,
+    extend_flow,
+    plan_hold,
+    release_flow,
+    wait_flow,
+)
 from docmultilock._operations import LockOperations
 from docmultilock.errors import InvalidArgument, LockError
 
@@ -192,11 +199,29 @@ def _checked_keys(ops: LockOperations, keys: object) -> list[tuple[Any, ...]]:
     return identified
 
 
-def plan_set(ops: LockOperations, keys: object, calls: Sequence[Call], spec: HoldSpec) -> LockSet:
-    """The set of ``keys`` (whose acquisitions are ``calls``), each held as ``spec`` says.
+#: ``hold()``'s options of a set tried once (``acquire_all``).
+_ONCE: dict[str, Any] = {
+    "wait": None,
+    "backoff": (0.01, 0.8),
+    "keepalive": False,
+    "extend_every": None,
+    "on_lost": None,
+}
 
-    :raises InvalidArgument: as :func:`canonical` does.
+
+def plan_set(
+    ops: LockOperations, keys: object, *, acquiring: Mapping[str, Any], **holding: Any
+) -> LockSet:
+    """The set of ``keys``, each acquired as ``acquiring`` and held as ``holding`` says.
+
+    ``acquiring`` are the arguments of one acquisition (``tag``, ``lock_timeout``,
+    ``timeout``, ``w``), ``holding`` those of ``hold()`` (none: the set is tried once).
+
+    :raises InvalidArgument: as :func:`canonical` does, or for any argument, before
+        anything is written.
     """
+    calls = [ops.acquiring(key, **acquiring) for key in key_sequence(keys)]
+    spec = plan_hold(ops, calls[0], **{**_ONCE, **holding})
     identified, order = canonical(ops, keys)
     return LockSet(
         ordered=tuple(dataclasses.replace(spec, call=calls[index]) for index in order),

@@ -24,6 +24,7 @@ __all__ = ["PROCESSES", "lock_sets", "run_sets", "sets"]
 
 PROCESSES = 8
 DOCUMENTS = 10
+ZERO = Bound("==", 0.0, of="docmultilock")
 #: How long one set may wait: far beyond any fair wait, so a timeout means a deadlock.
 SET_WAIT = 30.0
 
@@ -119,20 +120,10 @@ def _rows(what: str, results: list[dict[str, int]], seconds: float) -> list[Row]
             Bound(">", 0.0, of="docmultilock"),
             detail="grants per process " + " ".join(map(str, grants)),
         ),
-        Row.make(
-            14,
-            f"{what}: sets timed out after {SET_WAIT:g} s (a deadlock)",
-            "",
-            sum(r["timeouts"] for r in results),
-            None,
-            Bound("==", 0.0, of="docmultilock"),
-        ),
-        Row.make(
-            14,
-            f"{what}: two holders of one document at once",
-            "",
-            sum(r["violations"] for r in results),
-            None,
-            Bound("==", 0.0, of="docmultilock"),
-        ),
+    ] + [
+        Row.make(14, f"{what}: {label}", "", sum(r[count] for r in results), None, ZERO)
+        for label, count in (
+            (f"sets timed out after {SET_WAIT:g} s (a deadlock)", "timeouts"),
+            ("two holders of one document at once", "violations"),
+        )
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from docmultilock._holding import OnLost, plan_hold
+from docmultilock._holding import OnLost
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -74,13 +74,10 @@ class LockSets:
         :raises LockConflict: a key refused, without ``wait`` (its error names it).
         :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
-        calls = [
-            self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
-            for key in key_sequence(keys)
-        ]
-        spec = plan_hold(
+        locks = plan_set(
             self._ops,
-            calls[0],
+            keys,
+            acquiring={"tag": tag, "lock_timeout": lock_timeout, "timeout": timeout, "w": w},
             wait=wait,
             backoff=backoff,
             keepalive=keepalive,
@@ -89,7 +86,7 @@ class LockSets:
             wake=wake,
             fair=fair,
         )
-        return HoldAll(self._ops, self._run, plan_set(self._ops, keys, calls, spec))
+        return HoldAll(self._ops, self._run, locks)
 
     def acquire_all(
         self,
@@ -110,20 +107,8 @@ class LockSets:
         :raises InvalidArgument: as :meth:`hold_all`.
         :raises LockConflict: a key refused (its error names it).
         """
-        calls = [
-            self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
-            for key in key_sequence(keys)
-        ]
-        spec = plan_hold(
-            self._ops,
-            calls[0],
-            wait=None,
-            backoff=(0.01, 0.8),
-            keepalive=False,
-            extend_every=None,
-            on_lost=None,
-        )
-        locks = plan_set(self._ops, keys, calls, spec)
+        acquiring = {"tag": tag, "lock_timeout": lock_timeout, "timeout": timeout, "w": w}
+        locks = plan_set(self._ops, keys, acquiring=acquiring)
         taken = self._run(take_all_flow(self._ops, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 
