@@ -8,8 +8,26 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any
 
-__all__ = ["hosts", "seconds"]
+__all__ = ["add_subcommand", "hosts", "seconds"]
+
+
+def add_subcommand(
+    commands: argparse._SubParsersAction[Any],
+    name: str,
+    texts: tuple[str, str],
+    /,
+    **defaults: Any,
+) -> Any:
+    """Add the subcommand ``name`` with ``texts`` as its (help line, description).
+
+    ``defaults`` are what its parsed arguments carry (the handler, above all).
+    """
+    short, description = texts
+    parser = commands.add_parser(name, help=short, description=description)
+    parser.set_defaults(command=name, **defaults)
+    return parser
 
 
 def seconds(text: str) -> float:

@@ -37,7 +37,7 @@ from pymongo.errors import PyMongoError
 
 from docmultilock import _doctor
 from docmultilock._args import document_target
-from docmultilock._cli_args import seconds
+from docmultilock._cli_args import add_subcommand, seconds
 from docmultilock._cli_session import (
     EXIT,
     NAMED_COLLECTION,
@@ -296,44 +296,55 @@ def _target_options(parser: argparse.ArgumentParser, *, every: bool = False) -> 
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+#: Each subcommand's help line and description.
+TEXTS = {
+    "inspect": (
+        "show who holds a lock, by the server's clock (read-only)",
+        "Show every entry of a lock field: id, tag, held/pending/EXPIRED, fence, when it was "
+        "acquired and how long it has left, by the server's clock. Writes nothing.",
+    ),
+    "break": (
+        "remove entries from a lock, keeping its fence",
+        "Remove entries from a lock field in one atomic command that keeps the fence (never "
+        "$unset the field). Shows what it will remove and asks unless --yes; declining, or no "
+        "terminal to ask on, exits 7 and writes nothing.",
+    ),
+    "ensure-indexes": (
+        "create the TTL index of a named-lock collection",
+        "Create the TTL index on lock.expires that removes lock documents nobody holds, for "
+        "deployments where the application's user may not create indexes.",
+    ),
+    "doctor": (
+        "check what a server gives docmultilock",
+        "Check the server's version, topology, majority writes, change streams, clock offset "
+        f"and round-trip time; one ok/warn line each. Writes and deletes one document in "
+        f"DB.{_doctor.SCRATCH}. Exits 1 when a check warns, except an advisory one (change "
+        "streams: without them waiters poll).",
+    ),
+}
+
+
 def _register(
     commands: argparse._SubParsersAction[Any],
     name: str,
     handler: Callable[[argparse.Namespace], int],
-    *,
-    help: str,  # noqa: A002 - argparse's own name for it
-    description: str,
 ) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(name, help=help, description=description)
-    parser.set_defaults(handler=lambda args: run(handler, args), command=name)
+    parser: argparse.ArgumentParser = add_subcommand(
+        commands, name, TEXTS[name], handler=lambda args: run(handler, args)
+    )
     return parser
 
 
 def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     """Add ``inspect``, ``break``, ``ensure-indexes`` and ``doctor`` to ``commands``."""
-    inspect = _register(
-        commands,
-        "inspect",
-        _inspect,
-        help="show who holds a lock, by the server's clock (read-only)",
-        description="Show every entry of a lock field: id, tag, held/pending/EXPIRED, fence, "
-        "when it was acquired and how long it has left, by the server's clock. Writes nothing.",
-    )
+    inspect = _register(commands, "inspect", _inspect)
     _common(inspect)
     _target_options(inspect, every=True)
     inspect.add_argument(
         "--watch", type=seconds, metavar="S", help="refresh every S seconds (Ctrl-C ends)"
     )
 
-    breaking = _register(
-        commands,
-        "break",
-        _break,
-        help="remove entries from a lock, keeping its fence",
-        description="Remove entries from a lock field in one atomic command that keeps the "
-        "fence (never $unset the field). Shows what it will remove and asks unless --yes; "
-        "declining, or no terminal to ask on, exits 7 and writes nothing.",
-    )
+    breaking = _register(commands, "break", _break)
     _common(breaking)
     _target_options(breaking)
     mode = breaking.add_mutually_exclusive_group(required=True)
@@ -342,29 +353,13 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     mode.add_argument("--everyone", action="store_true", help="remove every entry")
     breaking.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
-    indexes = _register(
-        commands,
-        "ensure-indexes",
-        _ensure_indexes,
-        help="create the TTL index of a named-lock collection",
-        description="Create the TTL index on lock.expires that removes lock documents nobody "
-        "holds, for deployments where the application's user may not create indexes.",
-    )
+    indexes = _register(commands, "ensure-indexes", _ensure_indexes)
     _common(indexes)
     indexes.add_argument(
         "--collection", help=f"the named-lock collection (default {NAMED_COLLECTION})"
     )
 
-    doctor = _register(
-        commands,
-        "doctor",
-        _doctor_command,
-        help="check what a server gives docmultilock",
-        description="Check the server's version, topology, majority writes, change streams, "
-        f"clock offset and round-trip time; one ok/warn line each. Writes and deletes one "
-        f"document in DB.{_doctor.SCRATCH}. Exits 1 when a check warns, except an advisory "
-        "one (change streams: without them waiters poll).",
-    )
+    doctor = _register(commands, "doctor", _doctor_command)
     _common(doctor, db="docmultilock")
     doctor.add_argument(
         "--collection", help=f"scratch collection for the write checks (default {_doctor.SCRATCH})"

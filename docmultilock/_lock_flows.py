@@ -220,13 +220,8 @@ class LockFlows(Operating):
             self.target(call), user_filter=user_filter, lock=held, lifetime_ms=call.lifetime_ms
         )
         started = clock.monotonic()
-        reply = yield from send(
-            plan.command,
-            doing="extend",
-            w=call.concern,
-            limit=call.limit,
-            clock=clock,
-            on_retry=self.events.retrying(user_filter, held.tag, started, clock.monotonic),
+        reply = yield from self.send_for(
+            call, plan.command, doing="extend", tag=held.tag, started=started, clock=clock
         )
         try:
             extended = plan.read(reply)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
@@ -19,15 +20,11 @@ from pymongo.errors import PyMongoError
 from docmultilock import _indexes
 from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
 from docmultilock._calls import Call, new_call
-from docmultilock._command import Home, Verdicts
+from docmultilock._command import Command, Home, Verdicts
 from docmultilock._core import LockCore
 from docmultilock._events import Emitter, LockListener
 from docmultilock._failures import translate
-from docmultilock._flows import (
-    Clock,
-    Flow,
-    MakeTtlIndex,
-)
+from docmultilock._flows import Clock, Flow, MakeTtlIndex, send
 from docmultilock._inspection import break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
@@ -221,6 +218,28 @@ class Operating:
         if held is None:
             return call.user_filter
         return document_target(call.user_filter, held.document_id, self.codec_options)
+
+    def send_for(
+        self,
+        call: Call,
+        command: Command,
+        *,
+        doing: str,
+        tag: str | None,
+        started: float,
+        clock: Clock,
+    ) -> Flow[Mapping[str, Any] | None]:
+        """Send ``command`` within ``call``'s limit and concern; the listener hears of retries."""
+        return (
+            yield from send(
+                command,
+                doing=doing,
+                w=call.concern,
+                limit=call.limit,
+                clock=clock,
+                on_retry=self.events.retrying(call.user_filter, tag, started, clock.monotonic),
+            )
+        )
 
     @staticmethod
     def applied(result: object) -> bool:

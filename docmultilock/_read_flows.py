@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from docmultilock._calls import Call
-from docmultilock._flows import Clock, Flow, aggregate, send
+from docmultilock._flows import Clock, Flow, aggregate
 from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._operating import Operating, new_lock_id
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
@@ -67,13 +67,8 @@ class ReadFlows(Operating):
             self.core, user_filter, mode=mode, lock_id=lock_id, token=new_lock_id()
         )
         started = clock.monotonic()
-        reply = yield from send(
-            plan.command,
-            doing="break",
-            w=call.concern,
-            limit=call.limit,
-            clock=clock,
-            on_retry=self.events.retrying(user_filter, None, started, clock.monotonic),
+        reply = yield from self.send_for(
+            call, plan.command, doing="break", tag=None, started=started, clock=clock
         )
         removed = plan.read(reply)
         self.events.emit(

@@ -30,7 +30,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from docmultilock import __version__
-from docmultilock._cli_args import hosts, seconds
+from docmultilock._cli_args import add_subcommand, hosts, seconds
 from docmultilock._demo import DemoSettings, run_demo
 from docmultilock._workers import WorkerError
 from docmultilock.testing import URI_VARIABLE, EmbeddedServer, EmbeddedServerError, mongodb_uri
@@ -43,14 +43,16 @@ Handler = Callable[[argparse.Namespace], int]
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose description may be computed only when help is shown.
 
-    ``describe=`` keeps the bench's modules (a quarter of the package) out of every run of
+    :meth:`describe` keeps the bench's modules (a quarter of the package) out of every run of
     ``demo``: they are imported only when ``bench`` runs or its help is printed.
     """
 
-    def __init__(
-        self, *args: Any, describe: Callable[[], str] | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._describe: Callable[[], str] | None = None
+
+    def describe(self, describe: Callable[[], str]) -> None:
+        """Have ``describe()`` make the description, when the help is first shown."""
         self._describe = describe
 
     def format_help(self) -> str:
@@ -99,16 +101,35 @@ def _add_server_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Each subcommand's help line and description (the bench's is made when its help is shown).
+TEXTS = {
+    "demo": (
+        "race worker processes for read and write locks and check mutual exclusion",
+        "Start worker processes that take read and write locks on a few documents: writers "
+        "change a document in two steps under the lock, readers check they never see it "
+        "half-written. Shows live progress, then a summary; exits 1 on any mutual-exclusion "
+        "violation or worker error.",
+    ),
+    "bench": ("measure every lock operation beside the raw pymongo floor", ""),
+    "server": (
+        "run an embedded test server to try the library and the CLI on",
+        "Start the embedded MongoDB-compatible test server (needs the 'embedded' extra), "
+        "print its URI on stdout, and serve until Ctrl-C. For development and trying the "
+        "commands out, never production.",
+    ),
+}
+
+
 def _command(
     commands: argparse._SubParsersAction[_Parser],
     name: str,
     handler: Handler,
     failures: tuple[type[Exception], ...] = (EmbeddedServerError,),
-    **texts: Any,
 ) -> _Parser:
     """Add the subcommand ``name`` run by ``handler``; its ``failures`` print one line, exit 1."""
-    parser = commands.add_parser(name, **texts)
-    parser.set_defaults(handler=handler, failures=failures, command=name)
+    parser: _Parser = add_subcommand(
+        commands, name, TEXTS[name], handler=handler, failures=failures
+    )
     return parser
 
 
@@ -142,18 +163,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
-    demo = _command(
-        commands,
-        "demo",
-        _run_demo,
-        help="race worker processes for read and write locks and check mutual exclusion",
-        description=(
-            "Start worker processes that take read and write locks on a few documents: "
-            "writers change a document in two steps under the lock, readers check they never "
-            "see it half-written. Shows live progress, then a summary; exits 1 on any "
-            "mutual-exclusion violation or worker error."
-        ),
-    )
+    demo = _command(commands, "demo", _run_demo)
     _add_server_option(demo)
     _count_option(demo, "--workers", "worker processes", 1, 64, default=4)
     _count_option(demo, "--documents", "documents they share", 1, 1000, default=3)
@@ -243,13 +253,9 @@ def _bench_description() -> str:
 
 def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
     bench = _command(
-        commands,
-        "bench",
-        _run_bench,
-        (EmbeddedServerError, PyMongoError, WorkerError),
-        help="measure every lock operation beside the raw pymongo floor",
-        describe=_bench_description,
+        commands, "bench", _run_bench, (EmbeddedServerError, PyMongoError, WorkerError)
     )
+    bench.describe(_bench_description)
     _add_server_option(bench)
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
     _seconds_option(
@@ -290,17 +296,7 @@ def _run_server(args: argparse.Namespace) -> int:
 
 
 def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
-    server = _command(
-        commands,
-        "server",
-        _run_server,
-        help="run an embedded test server to try the library and the CLI on",
-        description=(
-            "Start the embedded MongoDB-compatible test server (needs the 'embedded' extra), "
-            "print its URI on stdout, and serve until Ctrl-C. For development and trying "
-            "the commands out, never production."
-        ),
-    )
+    server = _command(commands, "server", _run_server)
     server.add_argument(
         "--port", type=_count(1, 65535), help="the port to listen on (default: a free one)"
     )
