@@ -170,14 +170,14 @@ def test_the_locks_taken_first_are_extended_while_the_set_waits(subject: Subject
     a, b = keys(subject, 1, 2)
     other = subject.manager()
     lock = acquire(subject, other, b)
-    timer = threading.Timer(1.5, other.release, (b, lock))
+    timer = threading.Timer(2.5, other.release, (b, lock))
     timer.start()
     try:
-        with hold_all(subject, [a, b], wait=30.0, lock_timeout=0.6) as held:
+        with hold_all(subject, [a, b], wait=30.0, lock_timeout=1.0) as held:
             first = held.locks[0]
-            # Taken about 1.5 s ago with a 0.6 s lifetime: only extensions kept it alive.
+            # Taken about 2.5 s ago with a 1 s lifetime: only extensions kept it alive.
             assert not held.lost.is_set()
-            assert first.expires_at - first.acquired_at > timedelta(seconds=1.0)
+            assert first.expires_at - first.acquired_at > timedelta(seconds=2.0)
     finally:
         timer.join()
 
