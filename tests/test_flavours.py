@@ -13,10 +13,12 @@ from pymongo.collection import Collection
 import docmultilock
 from docmultilock import (
     AsyncHeldLock,
+    AsyncHeldLocks,
     AsyncMultiLock,
     AsyncNamedLocks,
     AsyncWriteLock,
     HeldLock,
+    HeldLocks,
     InvalidArgument,
     LockConflict,
     LockNotFound,
@@ -34,11 +36,12 @@ TWINS: list[tuple[type, type]] = [
     (MultiLock, AsyncMultiLock),
     (NamedLocks, AsyncNamedLocks),
     (HeldLock, AsyncHeldLock),
+    (HeldLocks, AsyncHeldLocks),
 ]
 
 
 #: The only public methods that send no command: the same plain function in both flavours.
-SENDS_NOTHING = frozenset({"guard", "hold", "require"})
+SENDS_NOTHING = frozenset({"guard", "hold", "hold_all", "require"})
 
 
 def public(cls: type) -> dict[str, Any]:
