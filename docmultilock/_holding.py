@@ -50,6 +50,7 @@ __all__ = [
     "HoldSpec",
     "Holding",
     "OnLost",
+    "check_backoff",
     "plan_hold",
     "release_flow",
     "renew_flow",
@@ -108,7 +109,8 @@ WAKE_MODES = ("changes", "poll")
 SAFETY_NET = 4.0
 
 
-def _check_backoff(value: object) -> Backoff:
+def check_backoff(value: object) -> Backoff:
+    """A ``backoff=`` argument: a pair ``(min, max)`` of seconds, ``0 < min <= max``."""
     if (
         not isinstance(value, Sequence)
         or isinstance(value, str)
@@ -162,7 +164,7 @@ def plan_hold(
     return HoldSpec(
         call=call,
         wait=None if wait is None else parse_duration(wait, "wait"),
-        backoff=_check_backoff(backoff),
+        backoff=check_backoff(backoff),
         keepalive=keepalive,
         every=every,
         lifetime=lifetime,

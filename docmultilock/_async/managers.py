@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from pymongo.asynchronous.collection import AsyncCollection
 
 from docmultilock._args import check_flavour
+from docmultilock._async.converting import AsyncConverting
 from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
 from docmultilock._async.hold import AsyncHold
 from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
@@ -31,8 +32,8 @@ __all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
 T = TypeVar("T")
 
 
-class AsyncLockManager:
-    """What every async lock manager shares: its runner, the read-side calls, ``hold()``."""
+class AsyncLockManager(AsyncConverting):
+    """What every async lock manager shares: its runner, the read-side calls, ``hold()``, ``convert()``."""
 
     def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:
         self.collection = collection

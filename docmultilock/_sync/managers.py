@@ -24,6 +24,7 @@ from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
+from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
 from docmultilock._sync.hold import Hold
 from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
@@ -33,8 +34,8 @@ __all__ = ["LockManager", "MultiLock", "WriteLock"]
 T = TypeVar("T")
 
 
-class LockManager:
-    """What every sync lock manager shares: its runner, the read-side calls, ``hold()``."""
+class LockManager(Converting):
+    """What every sync lock manager shares: its runner, the read-side calls, ``hold()``, ``convert()``."""
 
     def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:
         self.collection = collection
