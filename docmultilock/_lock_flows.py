@@ -93,7 +93,11 @@ class LockFlows(Operating):
         return granted
 
     def _granted(
-        self, plan: AcquirePlan | ConvertPlan, reply: Mapping[str, Any] | None, started: float, clock: Clock
+        self,
+        plan: AcquirePlan | ConvertPlan,
+        reply: Mapping[str, Any] | None,
+        started: float,
+        clock: Clock,
     ) -> Lock:
         """Read an acquisition's reply: the lock, recorded and told, or its error, told."""
         user_filter, name = plan.user_filter, plan.tag

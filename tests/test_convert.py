@@ -51,7 +51,9 @@ def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collecti
     timeouts = {"read": 10.0, "write": 10.0}
     if request.param == "MultiLock":
         collection.insert_one({"_id": 1, **USER_FIELDS})
-        return Place(make_lock(MultiLock, collection, lock_timeouts=timeouts), {"_id": 1}, collection)
+        return Place(
+            make_lock(MultiLock, collection, lock_timeouts=timeouts), {"_id": 1}, collection
+        )
     names = make_lock(
         NamedLocks,
         collection.database,
@@ -264,4 +266,3 @@ def test_a_client_edited_tag_converts_nothing(rw: Place) -> None:
     forged = replace(read, tag="write")
     with pytest.raises(LockNotFound):  # no granted write entry of that id: nothing to convert
         rw.locks.convert(rw.key, forged, tag="read")
-
