@@ -45,23 +45,32 @@ class Place(NamedTuple):
     home: Collection[Doc]
 
 
-@pytest.fixture(params=["MultiLock", "NamedLocks"])
-def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
-    """A readers-writer manager, with roomy lifetimes, and a key it locks."""
-    timeouts = {"read": 10.0, "write": 10.0}
-    if request.param == "MultiLock":
+TAGGED = ["MultiLock", "NamedLocks"]
+
+
+def tagged_place(
+    kind: str, make_lock: MakeLock, collection: Collection[Doc], table: dict[str, Any]
+) -> Place:
+    """A manager of ``kind`` with ``table`` and roomy lifetimes, and a key it locks."""
+    timeouts = {tag: 10.0 for tag in table}
+    if kind == "MultiLock":
         collection.insert_one({"_id": 1, **USER_FIELDS})
-        return Place(
-            make_lock(MultiLock, collection, lock_timeouts=timeouts), {"_id": 1}, collection
-        )
+        locks = make_lock(MultiLock, collection, lock_timeouts=timeouts, lock_relationships=table)
+        return Place(locks, {"_id": 1}, collection)
     names = make_lock(
         NamedLocks,
         collection.database,
         collection.name,
         lock_timeouts=timeouts,
-        lock_relationships=READ_WRITE,
+        lock_relationships=table,
     )
     return Place(names, "order-1", collection)
+
+
+@pytest.fixture(params=TAGGED)
+def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
+    """A readers-writer manager, with roomy lifetimes, and a key it locks."""
+    return tagged_place(request.param, make_lock, collection, READ_WRITE)
 
 
 @pytest.fixture(params=["WriteLock", "MultiLock", "NamedLocks"])
@@ -152,6 +161,30 @@ def test_a_downgrade_is_granted_and_lets_readers_in(rw: Place) -> None:
     rw.locks.release(rw.key, other)
     rw.locks.release(rw.key, read)
     assert_user_fields_kept(rw)
+
+
+#: A table where a pending entry can stand beside a held lock that downgrades: an
+#: ``audit`` waits for ``edit`` to drain, and ``view`` is refused by a pending ``audit``.
+AUDITED = {
+    "edit": {"cooperative": ["audit"]},
+    "audit": {"assertive": ["edit"]},
+    "view": {"cooperative": ["audit"]},
+}
+
+
+@pytest.mark.parametrize("kind", TAGGED)
+def test_a_downgrade_is_granted_while_held_even_where_an_acquisition_is_refused(
+    kind: str, make_lock: MakeLock, collection: Collection[Doc]
+) -> None:
+    place = tagged_place(kind, make_lock, collection, AUDITED)
+    edit = place.locks.acquire(place.key, tag="edit")
+    with pytest.raises(AssertiveLock):
+        place.locks.acquire(place.key, tag="audit")
+    with pytest.raises(CooperativeLock):  # a new view is refused by the pending audit
+        place.locks.acquire(place.key, tag="view")
+    view = place.locks.convert(place.key, edit, tag="view")
+    assert (view.id, view.tag) == (edit.id, "view")
+    assert view.fence > edit.fence
 
 
 # -- upgrade -----------------------------------------------------------------------------
@@ -266,3 +299,23 @@ def test_a_client_edited_tag_converts_nothing(rw: Place) -> None:
     forged = replace(read, tag="write")
     with pytest.raises(LockNotFound):  # no granted write entry of that id: nothing to convert
         rw.locks.convert(rw.key, forged, tag="read")
+
+
+def test_inspect_shows_a_pending_upgrade_as_a_second_entry_of_the_id(rw: Place) -> None:
+    mine = rw.locks.acquire(rw.key, tag="read")
+    rw.locks.acquire(rw.key, tag="read")
+    with pytest.raises(AssertiveLock):
+        rw.locks.convert(rw.key, mine, tag="write")
+    ours = [(h.tag, h.pending) for h in rw.locks.inspect(rw.key).holders if h.id == mine.id]
+    assert ours == [("read", False), ("write", True)]
+
+
+def test_breaking_a_lock_with_a_pending_upgrade_removes_both_entries(rw: Place) -> None:
+    mine = rw.locks.acquire(rw.key, tag="read")
+    other = rw.locks.acquire(rw.key, tag="read")
+    with pytest.raises(AssertiveLock) as raised:
+        rw.locks.convert(rw.key, mine, tag="write")
+    rw.locks.break_lock(rw.key, lock_id=mine.id)
+    assert [h.id for h in rw.locks.inspect(rw.key).holders] == [other.id]
+    with pytest.raises(LockNotFound):
+        rw.locks.convert(rw.key, raised.value.lock, tag="write")
