@@ -257,6 +257,7 @@ class LockCore:
         upgrade's pending entry and grant take ``lifetime_ms``, else ``tag``'s default.
         """
         default = self.rules.lifetime_ms[tag]
+        body: Any
         if not lock.pending and is_downgrade(self.rules, lock.tag, tag):
             body = self._regrant
             bindings: dict[str, Any] = {"tag": literal(lock.tag), "to": literal(tag)}

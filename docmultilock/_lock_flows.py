@@ -173,7 +173,8 @@ class LockFlows(Operating):
         holder's pending upgrade) may itself be waiting for the caller's lock to drain.
         """
         held, tag = call.lock, call.tag
-        assert held is not None and tag is not None, "a conversion names its lock and tag"
+        assert held is not None, "a conversion names its lock"
+        assert tag is not None, "a conversion names its new tag"
         started = clock.monotonic()
         pending: Lock | None = None
         attempts = 0
@@ -212,7 +213,8 @@ class LockFlows(Operating):
     def _convert_once(self, call: Call, clock: Clock) -> Flow[Lock]:
         """One conversion command: the lock converted, recorded and told, or its error."""
         held, tag = call.lock, call.tag
-        assert held is not None and tag is not None, "a conversion names its lock and tag"
+        assert held is not None, "a conversion names its lock"
+        assert tag is not None, "a conversion names its new tag"
         plan = self.core.convert(
             self.target(call),
             user_filter=call.user_filter,

@@ -208,8 +208,10 @@ class Operating:
         timeout: Duration | None = None,
         w: int | str | None = None,
     ) -> tuple[Call, float | None]:
-        """The call of a conversion (``tag`` is the new tag, ``lock`` the one converted),
-        and how long to wait for a pending upgrade (``None``: not at all)."""
+        """The call of a conversion, and how long to wait for a pending upgrade (or ``None``).
+
+        The call's ``tag`` is the new tag, its ``lock`` the one converted.
+        """
         held, wanted = check_conversion(lock, tag, self.options.rules)
         call = new_call(
             (

@@ -33,8 +33,8 @@ from docmultilock._rules import TagRules
 
 __all__ = [
     "DOCUMENT_ID",
-    "Conversion",
     "HEAD",
+    "Conversion",
     "Reply",
     "ReplyShape",
     "document_id",
@@ -145,8 +145,10 @@ class ReplyShape:
         return {**HEAD, "mine": mine}
 
     def of_conversion(self, lock_id: str) -> dict[str, Any]:
-        """What a conversion reads: every entry of ``lock_id`` (granted and pending upgrade,
-        ``_converting``), and the tags of the other entries."""
+        """What a conversion reads: every entry of ``lock_id``, and the others' tags.
+
+        Every entry: a granted one and a pending upgrade share an id (``_converting``).
+        """
         others = {"$filter": {"input": self._stored, "cond": {"$not": [is_entry(lock_id)]}}}
         return {
             **HEAD,

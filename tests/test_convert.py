@@ -52,7 +52,7 @@ def tagged_place(
     kind: str, make_lock: MakeLock, collection: Collection[Doc], table: dict[str, Any]
 ) -> Place:
     """A manager of ``kind`` with ``table`` and roomy lifetimes, and a key it locks."""
-    timeouts = {tag: 10.0 for tag in table}
+    timeouts = dict.fromkeys(table, 10.0)
     if kind == "MultiLock":
         collection.insert_one({"_id": 1, **USER_FIELDS})
         locks = make_lock(MultiLock, collection, lock_timeouts=timeouts, lock_relationships=table)
@@ -156,7 +156,8 @@ def test_a_downgrade_is_granted_and_lets_readers_in(rw: Place) -> None:
     read = rw.locks.convert(rw.key, write, tag="read")
     assert (read.id, read.tag, read.pending) == (write.id, "read", False)
     assert read.fence > write.fence
-    assert guards(rw, read) and not guards(rw, write)
+    assert guards(rw, read)
+    assert not guards(rw, write)
     other = rw.locks.acquire(rw.key, tag="read")
     rw.locks.release(rw.key, other)
     rw.locks.release(rw.key, read)
@@ -195,7 +196,8 @@ def test_an_upgrade_alone_is_granted_and_refuses_new_readers(rw: Place) -> None:
     write = rw.locks.convert(rw.key, read, tag="write")
     assert (write.id, write.tag, write.pending) == (read.id, "write", False)
     assert write.fence > read.fence
-    assert guards(rw, write) and not guards(rw, read)
+    assert guards(rw, write)
+    assert not guards(rw, read)
     with pytest.raises(CooperativeLock):
         rw.locks.acquire(rw.key, tag="read")
     rw.locks.release(rw.key, write)
@@ -217,7 +219,8 @@ def test_an_upgrade_beside_a_reader_is_pending_and_keeps_the_read_rights(rw: Pla
     rw.locks.release(rw.key, other)
     write = rw.locks.convert(rw.key, pending, tag="write")
     assert (write.id, write.tag, write.pending) == (mine.id, "write", False)
-    assert guards(rw, write) and not guards(rw, mine)
+    assert guards(rw, write)
+    assert not guards(rw, mine)
     assert_user_fields_kept(rw)
 
 

@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 
 class AsyncLockManager(AsyncConverting):
-    """What every async lock manager shares: its runner, the read-side calls, ``hold()``, ``convert()``."""
+    """What every async lock manager shares: its runner, reads, ``hold()`` and ``convert()``."""
 
     def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:
         self.collection = collection

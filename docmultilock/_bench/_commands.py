@@ -72,7 +72,8 @@ class Step:
 
     ``acquire`` passes ``tag``, the floor's ``upsert``, or (with ``of``) the pending lock
     number ``of`` to continue; ``release``, ``extend`` and ``convert`` (to ``tag``) act on
-    lock number ``of`` (the latest by default); ``pause`` waits out the grant's millisecond (``_GRANT_MILLISECOND``).
+    lock number ``of`` (the latest by default); ``pause`` waits out the grant's millisecond
+    (``_GRANT_MILLISECOND``).
     ``refused`` is the error the call must raise: the outcome it is counted for.
     """
 

@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 
 class LockManager(Converting):
-    """What every sync lock manager shares: its runner, the read-side calls, ``hold()``, ``convert()``."""
+    """What every sync lock manager shares: its runner, reads, ``hold()`` and ``convert()``."""
 
     def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:
         self.collection = collection
