@@ -103,6 +103,14 @@ def assert_user_fields_kept(place: Place) -> None:
         assert user_fields(place.home) == {"_id": 1, **USER_FIELDS}
 
 
+def assert_converts_nothing(place: Place, lock: Lock, tag: str) -> None:
+    """Converting ``lock`` to ``tag`` raises the loss and writes nothing."""
+    before = list(place.home.find())
+    with pytest.raises(LockNotFound):
+        place.locks.convert(place.key, lock, tag=tag)
+    assert list(place.home.find()) == before
+
+
 # -- to the same tag: the one conversion of an exclusive table --------------------------
 
 
@@ -140,10 +148,7 @@ def test_an_undeclared_tag_is_refused_before_anything_is_sent(any_place: Place, 
 def test_a_lost_lock_is_not_converted_and_nothing_is_written(any_place: Place) -> None:
     lock = take(any_place, "write")
     any_place.locks.release(any_place.key, lock)
-    before = list(any_place.home.find())
-    with pytest.raises(LockNotFound):
-        any_place.locks.convert(any_place.key, lock, tag="write")
-    assert list(any_place.home.find()) == before
+    assert_converts_nothing(any_place, lock, "write")
 
 
 # -- downgrade ---------------------------------------------------------------------------
@@ -188,6 +193,15 @@ def test_a_downgrade_is_granted_while_held_even_where_an_acquisition_is_refused(
     assert view.fence > edit.fence
 
 
+def upgrade_beside_a_reader(place: Place) -> tuple[Lock, Lock, AssertiveLock]:
+    """Two readers; the first's upgrade to write, pending: (first, second, its error)."""
+    first = place.locks.acquire(place.key, tag="read")
+    second = place.locks.acquire(place.key, tag="read")
+    with pytest.raises(AssertiveLock) as raised:
+        place.locks.convert(place.key, first, tag="write")
+    return first, second, raised.value
+
+
 # -- upgrade -----------------------------------------------------------------------------
 
 
@@ -205,13 +219,10 @@ def test_an_upgrade_alone_is_granted_and_refuses_new_readers(rw: Place) -> None:
 
 
 def test_an_upgrade_beside_a_reader_is_pending_and_keeps_the_read_rights(rw: Place) -> None:
-    mine = rw.locks.acquire(rw.key, tag="read")
-    other = rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock) as raised:
-        rw.locks.convert(rw.key, mine, tag="write")
-    pending = raised.value.lock
+    mine, other, refusal = upgrade_beside_a_reader(rw)
+    pending = refusal.lock
     assert (pending.id, pending.tag, pending.pending) == (mine.id, "write", True)
-    assert raised.value.blocking_tags == ("read",)
+    assert refusal.blocking_tags == ("read",)
     assert guards(rw, mine)  # the read lock still grants its rights
     assert rw.locks.extend(rw.key, mine).tag == "read"  # and is kept alive as ever
     with pytest.raises(CooperativeLock):  # new readers are refused
@@ -225,43 +236,31 @@ def test_an_upgrade_beside_a_reader_is_pending_and_keeps_the_read_rights(rw: Pla
 
 
 def test_a_pending_upgrade_is_continued_by_the_read_lock_too(rw: Place) -> None:
-    mine = rw.locks.acquire(rw.key, tag="read")
-    other = rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock):
-        rw.locks.convert(rw.key, mine, tag="write")
+    mine, other, _ = upgrade_beside_a_reader(rw)
     rw.locks.release(rw.key, other)
     assert rw.locks.convert(rw.key, mine, tag="write").tag == "write"
 
 
 def test_a_pending_upgrade_goes_with_its_release(rw: Place) -> None:
-    mine = rw.locks.acquire(rw.key, tag="read")
-    other = rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock):
-        rw.locks.convert(rw.key, mine, tag="write")
+    mine, other, _ = upgrade_beside_a_reader(rw)
     rw.locks.release(rw.key, mine)
     rw.locks.release(rw.key, other)
     rw.locks.release(rw.key, rw.locks.acquire(rw.key, tag="read"))
 
 
 def test_a_pending_upgrade_is_continued_only_to_its_own_tag(rw: Place) -> None:
-    mine = rw.locks.acquire(rw.key, tag="read")
-    rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock) as raised:
-        rw.locks.convert(rw.key, mine, tag="write")
+    _, _, refusal = upgrade_beside_a_reader(rw)
     with pytest.raises(InvalidArgument):
-        rw.locks.convert(rw.key, raised.value.lock, tag="read")
+        rw.locks.convert(rw.key, refusal.lock, tag="read")
 
 
 def test_two_readers_upgrading_at_once_never_deadlock(rw: Place) -> None:
-    first = rw.locks.acquire(rw.key, tag="read")
-    second = rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock) as raised:
-        rw.locks.convert(rw.key, first, tag="write")
+    first, second, refusal = upgrade_beside_a_reader(rw)
     with pytest.raises(CooperativeLock):  # refused at once, even when told to wait
         rw.locks.convert(rw.key, second, tag="write", wait=5.0)
     assert guards(rw, second)  # and keeps its read lock
     rw.locks.release(rw.key, second)
-    assert rw.locks.convert(rw.key, raised.value.lock, tag="write").id == first.id
+    assert rw.locks.convert(rw.key, refusal.lock, tag="write").id == first.id
 
 
 def test_an_upgrade_waits_for_the_readers_to_drain(rw: Place) -> None:
@@ -290,35 +289,25 @@ def test_an_upgrade_of_a_lost_read_lock_is_refused_and_nothing_is_written(rw: Pl
     mine = rw.locks.acquire(rw.key, tag="read")
     rw.locks.acquire(rw.key, tag="read")
     rw.locks.release(rw.key, mine)
-    before = list(rw.home.find())
-    with pytest.raises(LockNotFound):
-        rw.locks.convert(rw.key, mine, tag="write")
-    assert list(rw.home.find()) == before
+    assert_converts_nothing(rw, mine, "write")
 
 
 def test_a_client_edited_tag_converts_nothing(rw: Place) -> None:
     read = rw.locks.acquire(rw.key, tag="read")
     rw.locks.acquire(rw.key, tag="read")
-    forged = replace(read, tag="write")
-    with pytest.raises(LockNotFound):  # no granted write entry of that id: nothing to convert
-        rw.locks.convert(rw.key, forged, tag="read")
+    # No granted write entry of that id: nothing to convert.
+    assert_converts_nothing(rw, replace(read, tag="write"), "read")
 
 
 def test_inspect_shows_a_pending_upgrade_as_a_second_entry_of_the_id(rw: Place) -> None:
-    mine = rw.locks.acquire(rw.key, tag="read")
-    rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock):
-        rw.locks.convert(rw.key, mine, tag="write")
+    mine, _, _ = upgrade_beside_a_reader(rw)
     ours = [(h.tag, h.pending) for h in rw.locks.inspect(rw.key).holders if h.id == mine.id]
     assert ours == [("read", False), ("write", True)]
 
 
 def test_breaking_a_lock_with_a_pending_upgrade_removes_both_entries(rw: Place) -> None:
-    mine = rw.locks.acquire(rw.key, tag="read")
-    other = rw.locks.acquire(rw.key, tag="read")
-    with pytest.raises(AssertiveLock) as raised:
-        rw.locks.convert(rw.key, mine, tag="write")
+    mine, other, refusal = upgrade_beside_a_reader(rw)
     rw.locks.break_lock(rw.key, lock_id=mine.id)
     assert [h.id for h in rw.locks.inspect(rw.key).holders] == [other.id]
     with pytest.raises(LockNotFound):
-        rw.locks.convert(rw.key, raised.value.lock, tag="write")
+        rw.locks.convert(rw.key, refusal.lock, tag="write")
