@@ -14,7 +14,7 @@ from docmultilock._layout import LAYOUT_VERSION, STORED_OR_NULL, any_of, first, 
 from docmultilock._pipeline import entry, is_ours, latest, next_fence, renew, state, unexpired
 from docmultilock._rules import TagRules
 
-__all__ = ["acquire_body", "capped", "lone"]
+__all__ = ["acquire_body", "capped", "decision", "lone"]
 
 
 def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
@@ -226,9 +226,20 @@ def acquire_body(
     """
     if fresh and not fair and lone(rules, tag):
         return _lone_tag_body(field, clock=clock)
-    if fresh and not fair:
-        decide = _fresh_decision(rules, tag, clock=clock, max_holders=max_holders)
-    else:
-        decide = _continued_decision(rules, tag, clock=clock, max_holders=max_holders, fair=fair)
+    decide = decision(rules, tag, clock=clock, max_holders=max_holders, fresh=fresh, fair=fair)
     outcome = let({"r": decide}, state("$$r.h", "$$r.f", clock=clock))
     return on_our_field(field, {"live": unexpired()}, outcome)
+
+
+def decision(
+    rules: TagRules, tag: str, *, clock: bool, max_holders: int, fresh: bool, fair: bool = False
+) -> Expr:
+    """The decision of :func:`acquire_body` alone: ``{h, f}`` from the entries in ``$$live``.
+
+    Whatever ``$$live`` holds is what the decision counts. A conversion
+    (``_converting``) binds it without the converting entry, so an upgrade is decided
+    exactly as an acquisition of its new tag would be, not counting itself.
+    """
+    if fresh and not fair:
+        return _fresh_decision(rules, tag, clock=clock, max_holders=max_holders)
+    return _continued_decision(rules, tag, clock=clock, max_holders=max_holders, fair=fair)

@@ -29,6 +29,7 @@ MAX_NAME_LENGTH = 512
 
 __all__ = [
     "check_collection_name",
+    "check_conversion",
     "check_filter",
     "check_flavour",
     "check_lock",
@@ -156,6 +157,22 @@ def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:
             f"lock {lock.id} is still pending; continue it with acquire(filter, lock=lock) first"
         )
     return lock
+
+
+def check_conversion(lock: object, tag: object, rules: TagRules) -> tuple[Lock, str]:
+    """Accept a conversion of ``lock`` to the declared ``tag``.
+
+    A granted lock may take any declared tag; a pending one is an upgrade in progress
+    (``AssertiveLock.lock`` of a conversion), continued only to its own tag.
+    """
+    held = check_lock(lock, rules)
+    wanted = check_tag(tag, rules)
+    if held.pending and held.tag != wanted:
+        raise InvalidArgument(
+            f"lock {held.id} is a pending upgrade to {held.tag!r}: it is continued with "
+            f"tag={held.tag!r}, not {wanted!r}"
+        )
+    return held, wanted
 
 
 def _is_plain_value(value: object) -> bool:

@@ -31,11 +31,19 @@ from docmultilock._command import (
     Verdicts,
     encoded,
 )
+from docmultilock._converting import is_downgrade, regrant_body, upgrade_body, withdrawal_body
 from docmultilock._expr import literal
 from docmultilock._layout import update_stages
 from docmultilock._lock import Lock
 from docmultilock._pipeline import deletable_by, extend_body, held_by, release_body
-from docmultilock._plans import AcquirePlan, DeletePlan, ExtendPlan, Judge, ReleasePlan
+from docmultilock._plans import (
+    AcquirePlan,
+    ConvertPlan,
+    DeletePlan,
+    ExtendPlan,
+    Judge,
+    ReleasePlan,
+)
 from docmultilock._reply import ReplyShape
 from docmultilock._rules import TagRules
 
@@ -96,6 +104,9 @@ class LockCore:
         # its reply need not list the tags in the way.
         self._lone = frozenset(tag for tag in rules.tags if lone(rules, tag))
         self._release = encoded(release_body(field, clock=clock))
+        self._regrant = encoded(regrant_body(field, clock=clock))
+        self._withdraw_upgrade = encoded(withdrawal_body(field, clock=clock))
+        self._upgrade: dict[str, Any] = {}  # upgrade bodies, encoded on first use
         self._extend = encoded(extend_body(field, clock=clock))
 
     def acquire(
@@ -236,6 +247,56 @@ class LockCore:
             user_filter=user_filter,
         )
         return ExtendPlan(self.judge, command, user_filter, lock)
+
+    def convert(
+        self, target: Filter, *, user_filter: Filter, lock: Lock, tag: str, lifetime_ms: int | None
+    ) -> ConvertPlan:
+        """Plan converting ``lock`` to ``tag``, or continuing its pending upgrade (``_converting``).
+
+        A downgrade renews by the lifetime the lock was taken with (or ``lifetime_ms``); an
+        upgrade's pending entry and grant take ``lifetime_ms``, else ``tag``'s default.
+        """
+        default = self.rules.lifetime_ms[tag]
+        body: Any
+        if not lock.pending and is_downgrade(self.rules, lock.tag, tag):
+            body = self._regrant
+            bindings: dict[str, Any] = {"tag": literal(lock.tag), "to": literal(tag)}
+            bindings.update(ttl=lifetime_ms, dttl=default)
+        else:
+            body = self._upgrade.get(tag)
+            if body is None:
+                body = self._upgrade[tag] = encoded(
+                    upgrade_body(
+                        self.field,
+                        self.rules,
+                        tag,
+                        clock=self.home.on_demand,
+                        max_holders=self.max_holders,
+                    )
+                )
+            ttl = default if lifetime_ms is None else lifetime_ms
+            held = None if lock.pending else literal(lock.tag)
+            bindings = {"tag": literal(tag), "from": held, "ttl": ttl, "dttl": default}
+            bindings["create"] = True
+        command = Command(
+            filter=dict(target),
+            update=update_stages(self.field, body, {"id": literal(lock.id), **bindings}),
+            projection=self.shape.of_conversion(lock.id),
+            return_after=True,
+            user_filter=user_filter,
+        )
+        return ConvertPlan(self.judge, command, user_filter, tag, lock)
+
+    def upgrade_withdrawal(self, target: Filter, *, user_filter: Filter, pending: Lock) -> Command:
+        """The removal of the pending upgrade ``pending`` alone: the granted entry stays."""
+        bindings = {"id": literal(pending.id), "tag": literal(pending.tag)}
+        return Command(
+            filter=dict(target),
+            update=update_stages(self.field, self._withdraw_upgrade, bindings),
+            projection=self.shape.of_entry(pending.id, with_tags=False),
+            return_after=False,
+            user_filter=user_filter,
+        )
 
     def guard(self, target: Filter, lock: Lock) -> dict[str, Any]:
         """A filter matching the document only while ``lock`` is granted and unexpired.

@@ -51,6 +51,7 @@ __all__ = [
     "Holding",
     "OnLost",
     "Tend",
+    "check_backoff",
     "extend_flow",
     "plan_hold",
     "release_flow",
@@ -113,7 +114,8 @@ WAKE_MODES = ("changes", "poll")
 SAFETY_NET = 4.0
 
 
-def _check_backoff(value: object) -> Backoff:
+def check_backoff(value: object) -> Backoff:
+    """A ``backoff=`` argument: a pair ``(min, max)`` of seconds, ``0 < min <= max``."""
     if (
         not isinstance(value, Sequence)
         or isinstance(value, str)
@@ -167,7 +169,7 @@ def plan_hold(
     return HoldSpec(
         call=call,
         wait=None if wait is None else parse_duration(wait, "wait"),
-        backoff=_check_backoff(backoff),
+        backoff=check_backoff(backoff),
         keepalive=keepalive,
         every=every,
         lifetime=lifetime,

@@ -1,4 +1,4 @@
-"""The lock flows of one manager: acquire, release and extend.
+"""The lock flows of one manager: acquire, release, extend and convert.
 
 With them, the withdrawal of an acquisition interrupted before its reply. Each sends one
 command per operation
@@ -9,7 +9,7 @@ release's lost-reply judgement, the withdrawal) are written here once for both f
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pymongo.errors import PyMongoError
@@ -24,17 +24,19 @@ from docmultilock._flows import (
     Flow,
     Sent,
     ServerTime,
+    Sleep,
     send,
 )
 from docmultilock._lock import Lock
 from docmultilock._operating import Operating, new_lock_id
-from docmultilock._plans import AcquirePlan
+from docmultilock._plans import AcquirePlan, ConvertPlan
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
     DbError,
     LockError,
     LockNotFound,
+    LockTimeout,
 )
 
 __all__ = ["LockFlows"]
@@ -91,7 +93,11 @@ class LockFlows(Operating):
         return granted
 
     def _granted(
-        self, plan: AcquirePlan, reply: Mapping[str, Any] | None, started: float, clock: Clock
+        self,
+        plan: AcquirePlan | ConvertPlan,
+        reply: Mapping[str, Any] | None,
+        started: float,
+        clock: Clock,
     ) -> Lock:
         """Read an acquisition's reply: the lock, recorded and told, or its error, told."""
         user_filter, name = plan.user_filter, plan.tag
@@ -120,17 +126,21 @@ class LockFlows(Operating):
         )
         return granted
 
-    def _withdraw(self, call: Call, lock_id: str, *, clock: Clock) -> Flow[None]:
+    def _withdraw(
+        self, call: Call, lock_id: str, *, clock: Clock, command: Command | None = None
+    ) -> Flow[None]:
         """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
 
         Best effort, never raising a LockError: the entry lapses with its lifetime anyway.
         An interrupted command still queued on the server can be applied after this (it
         cannot be waited for: the caller is going away), and its entry then holds until
-        its lifetime runs out, as a crashed holder's does.
+        its lifetime runs out, as a crashed holder's does. ``command``: another removal
+        (a pending upgrade's, ``LockCore.upgrade_withdrawal``).
         """
-        command = self.core.withdrawal(
-            self.target(call), user_filter=call.user_filter, lock_id=lock_id
-        )
+        if command is None:
+            command = self.core.withdrawal(
+                self.target(call), user_filter=call.user_filter, lock_id=lock_id
+            )
         # Bounded even without an operation timeout: the caller is on its way out.
         limit = CLEANUP_LIMIT if call.limit is None else call.limit
         try:
@@ -144,6 +154,79 @@ class LockFlows(Operating):
             log.debug("the interrupted acquisition %s left no entry", lock_id)
         else:
             log.debug("withdrew the entry of the interrupted acquisition %s", lock_id)
+
+    def convert(
+        self,
+        call: Call,
+        *,
+        clock: Clock,
+        wait: float | None = None,
+        delays: Callable[[int], tuple[float, float]] | None = None,
+    ) -> Flow[Lock]:
+        """Convert ``call.lock`` to ``call.tag``, one command per attempt (``_converting``).
+
+        A pending upgrade raises :class:`AssertiveLock` at once, unless ``wait``: then it
+        is continued, sleeping a uniform draw from ``delays(attempt)`` (and short enough to
+        renew it) between attempts, until granted; when ``wait`` runs out, the pending
+        upgrade is withdrawn, the lock given is kept, and :class:`LockTimeout` is raised.
+        A refusal is raised at once, waiting or not: the entry in the way (another
+        holder's pending upgrade) may itself be waiting for the caller's lock to drain.
+        """
+        held, tag = call.lock, call.tag
+        assert held is not None, "a conversion names its lock"
+        assert tag is not None, "a conversion names its new tag"
+        started = clock.monotonic()
+        pending: Lock | None = None
+        attempts = 0
+        try:
+            while True:
+                attempts += 1
+                try:
+                    return (yield from self._convert_once(call, clock))
+                except AssertiveLock as err:
+                    if wait is None:
+                        raise
+                    pending, last = err.lock, err
+                waited = clock.monotonic() - started
+                if waited >= wait:
+                    raise LockTimeout(
+                        f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
+                        f"after {waited:.3g} s and {attempts} attempts; the {held.tag!r} lock "
+                        f"is still held: {last}",
+                        filter=last.filter,
+                        attempts=attempts,
+                        waited=waited,
+                        blocking_tags=last.blocking_tags,
+                    ) from last
+                low, high = (0.05, 1.0) if delays is None else delays(attempts)
+                life = call.lifetime_ms or self.options.rules.lifetime_ms[tag]
+                yield Sleep(min(clock.uniform(low, high), wait - waited, life / 3000))
+        except BaseException:
+            if pending is not None:
+                # Never leave a pending upgrade behind: it refuses every new reader.
+                command = self.core.upgrade_withdrawal(
+                    self.target(call), user_filter=call.user_filter, pending=pending
+                )
+                yield from self._withdraw(call, pending.id, clock=clock, command=command)
+            raise
+
+    def _convert_once(self, call: Call, clock: Clock) -> Flow[Lock]:
+        """One conversion command: the lock converted, recorded and told, or its error."""
+        held, tag = call.lock, call.tag
+        assert held is not None, "a conversion names its lock"
+        assert tag is not None, "a conversion names its new tag"
+        plan = self.core.convert(
+            self.target(call),
+            user_filter=call.user_filter,
+            lock=held,
+            tag=tag,
+            lifetime_ms=call.lifetime_ms,
+        )
+        started = clock.monotonic()
+        reply = yield from self.send_for(
+            call, plan.command, doing="convert", tag=tag, started=started, clock=clock
+        )
+        return self._granted(plan, reply, started, clock)
 
     def release(self, call: Call, *, clock: Clock) -> Flow[None]:
         """Release ``call.lock``; a release whose earlier reply was lost is judged by the ledger."""

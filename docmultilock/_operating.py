@@ -18,7 +18,13 @@ from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from pymongo.errors import PyMongoError
 
 from docmultilock import _indexes
-from docmultilock._args import check_lock, check_tag, document_target, tag_or_only
+from docmultilock._args import (
+    check_conversion,
+    check_lock,
+    check_tag,
+    document_target,
+    tag_or_only,
+)
 from docmultilock._calls import Call, new_call
 from docmultilock._command import Command, Home, Verdicts
 from docmultilock._core import LockCore
@@ -187,6 +193,35 @@ class Operating:
                 self.concern(w),
             )
         )
+
+    def converting(
+        self,
+        key: object,
+        lock: object,
+        *,
+        tag: object,
+        wait: Duration | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+    ) -> tuple[Call, float | None]:
+        """The call of a conversion, and how long to wait for a pending upgrade (or ``None``).
+
+        The call's ``tag`` is the new tag, its ``lock`` the one converted.
+        """
+        held, wanted = check_conversion(lock, tag, self.options.rules)
+        call = new_call(
+            (
+                key,
+                self.key_filter(key),
+                wanted,
+                held,
+                None if lock_timeout is None else self.lifetime_ms(wanted, lock_timeout),
+                self.limit(timeout),
+                self.concern(w),
+            )
+        )
+        return call, None if wait is None else parse_duration(wait, "wait")
 
     def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Call:
         """The call of a read (``inspect``, ``locked``): ``tag``, when given, is declared."""

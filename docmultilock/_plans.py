@@ -28,7 +28,7 @@ from docmultilock.errors import (
     TooManyHolders,
 )
 
-__all__ = ["AcquirePlan", "DeletePlan", "ExtendPlan", "Judge", "ReleasePlan"]
+__all__ = ["AcquirePlan", "ConvertPlan", "DeletePlan", "ExtendPlan", "Judge", "ReleasePlan"]
 
 
 class Judge:
@@ -245,6 +245,73 @@ class ExtendPlan(NamedTuple):
         if mine is None or mine.get("pending") or mine.get("tag") != self.lock.tag:
             raise self.judge.lost(self.lock, self.user_filter, "extend")
         return self.judge.to_lock(mine, state.document_id)
+
+
+class ConvertPlan(NamedTuple):
+    """A conversion of ``continuing`` to ``tag`` (``_converting``): the reply is the state after.
+
+    ``continuing`` is the lock given: a granted one converted, or a pending upgrade
+    continued. The reading mirrors the pipeline: the new tag granted; else our granted
+    entry gone (a loss); else our pending entry of ``tag`` (waiting); else refused.
+    """
+
+    judge: Judge
+    command: Command
+    user_filter: Filter
+    tag: str
+    continuing: Lock
+
+    def read(self, reply: Mapping[str, Any] | None) -> Lock:
+        """Return the converted lock, or raise the error that describes the outcome."""
+        judge, given = self.judge, self.continuing
+        # A retried conversion answered with the post-image (``_reply``) was applied: the
+        # image holds our entries as the projection would have.
+        if reply is None:
+            judge.missing(self.user_filter, given, "convert")
+        found = judge.shape.read_conversion(reply, given.id)
+        new = next((e for e in found.mine if e.get("tag") == self.tag), None)
+        if new is not None and new.get("pending") is False:
+            # Converted by this call (or by its applied first attempt): a grant, so a fence
+            # above the given lock's. An entry of the new tag that was there already (a
+            # lock whose tag the client edited) was not converted by anything.
+            lock = judge.to_lock(new, found.document_id)
+            if lock.fence > given.fence:
+                return lock
+            raise judge.lost(given, self.user_filter, "convert")
+        held = [e for e in found.mine if e.get("pending") is False]
+        if not given.pending:
+            held = [e for e in held if e.get("tag") == given.tag]
+        if not held:
+            raise judge.lost(given, self.user_filter, "convert")
+        if new is not None:
+            lock = judge.to_lock(new, found.document_id)
+            waiting = tuple(sorted(found.tags & judge.rules.assertive[self.tag]))
+            raise AssertiveLock(
+                f"upgrade of lock {lock.id} to {self.tag!r} is pending on {judge.home.noun} "
+                f"{found.document_id!r} until these tags drain: {', '.join(waiting)}; the "
+                f"{held[0]['tag']!r} lock is still held; call convert(key, err.lock, "
+                f"tag={self.tag!r}) again to keep waiting",
+                filter=self.user_filter,
+                lock=lock,
+                blocking_tags=waiting,
+            )
+        blocking = tuple(sorted(found.tags & judge.rules.cooperative[self.tag]))
+        if blocking or not capped(judge.rules, self.tag):
+            raise judge.verdicts.refused(
+                f"cannot convert lock {given.id} to {self.tag!r} on {judge.home.noun} "
+                f"{found.document_id!r}: held or pending by {', '.join(blocking)}; the "
+                f"{held[0]['tag']!r} lock is still held",
+                filter=self.user_filter,
+                blocking_tags=blocking,
+                document_id=found.document_id,
+            )
+        raise TooManyHolders(
+            f"cannot convert lock {given.id} to {self.tag!r} on {judge.home.noun} "
+            f"{found.document_id!r}: it already has {judge.max_holders} holders and pending "
+            "locks, the most it takes",
+            filter=self.user_filter,
+            limit=judge.max_holders,
+        )
 
 
 def _unreachable() -> Lock:  # pragma: no cover - a fresh lock id is never stored already

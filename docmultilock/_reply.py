@@ -34,6 +34,7 @@ from docmultilock._rules import TagRules
 __all__ = [
     "DOCUMENT_ID",
     "HEAD",
+    "Conversion",
     "Reply",
     "ReplyShape",
     "document_id",
@@ -78,6 +79,14 @@ class Reply(NamedTuple):
 
     document_id: Any
     mine: Mapping[str, Any] | None
+    tags: frozenset[str]
+
+
+class Conversion(NamedTuple):
+    """What a conversion's reply says: the document, every entry of ours, the others' tags."""
+
+    document_id: Any
+    mine: list[Mapping[str, Any]]
     tags: frozenset[str]
 
 
@@ -135,7 +144,32 @@ class ReplyShape:
             return {**HEAD, "mine": mine, "tags": self._tags}
         return {**HEAD, "mine": mine}
 
+    def of_conversion(self, lock_id: str) -> dict[str, Any]:
+        """What a conversion reads: every entry of ``lock_id``, and the others' tags.
+
+        Every entry: a granted one and a pending upgrade share an id (``_converting``).
+        """
+        others = {"$filter": {"input": self._stored, "cond": {"$not": [is_entry(lock_id)]}}}
+        return {
+            **HEAD,
+            "mine": {"$filter": {"input": self._stored, "cond": is_entry(lock_id)}},
+            "tags": {"$setUnion": [each(others, "tag")]},
+        }
+
     # -- reading ----------------------------------------------------------------------
+
+    def read_conversion(self, reply: Mapping[str, Any], lock_id: str) -> Conversion:
+        """What a reply of :meth:`of_conversion`'s projection, or a stored image, says."""
+        if is_image(reply):
+            stored = entries(reply, self.field)
+            mine = [entry for entry in stored if entry.get("id") == lock_id]
+            tags = frozenset(
+                e["tag"] for e in stored if e.get("id") != lock_id and isinstance(e.get("tag"), str)
+            )
+            return Conversion(reply["_id"], mine, tags)
+        return Conversion(
+            reply[DOCUMENT_ID], list(reply.get("mine") or ()), frozenset(reply.get("tags") or ())
+        )
 
     def read(self, reply: Mapping[str, Any], lock_id: str | None) -> Reply:
         """What a reply to acquire, release or extend of entry ``lock_id`` says.

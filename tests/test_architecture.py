@@ -24,6 +24,7 @@ CORE = frozenset({
     "docmultilock._changes",
     "docmultilock._clock",
     "docmultilock._command",
+    "docmultilock._converting",
     "docmultilock._core",
     "docmultilock._expr",
     "docmultilock._events",

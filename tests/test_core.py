@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
+from docmultilock._acquiring import decision
 from docmultilock._command import EXCLUSIVE, NAMES
+from docmultilock._converting import is_downgrade, upgrade_body
 from docmultilock._core import LockCore
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, build_rules
-from docmultilock.errors import LockWasReacquired, ResourceNotFound
+from docmultilock.errors import (
+    AssertiveLock,
+    CooperativeLock,
+    LockNotFound,
+    LockWasReacquired,
+    ResourceNotFound,
+)
 
 CORE = LockCore("lock", build_rules(READ_WRITE, {}, 10_000))
 LOCK = Lock(
@@ -22,6 +31,7 @@ LOCK = Lock(
     expires_at=datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc),
     fence=3,
 )
+READ = replace(LOCK, id="d" * 32, tag="read")
 
 
 def plans() -> list[Any]:
@@ -39,22 +49,27 @@ def plans() -> list[Any]:
         ),
         CORE.release({"_id": 1}, user_filter={"_id": 1}, lock=LOCK),
         CORE.extend({"_id": 1}, user_filter={"_id": 1}, lock=LOCK, lifetime_ms=5),
+        CORE.convert({"_id": 1}, user_filter={"_id": 1}, lock=LOCK, tag="read", lifetime_ms=None),
+        CORE.convert({"_id": 1}, user_filter={"_id": 1}, lock=READ, tag="write", lifetime_ms=5),
     ]
 
 
-@pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
+IDS = ["acquire", "continue", "release", "extend", "downgrade", "upgrade"]
+
+
+@pytest.mark.parametrize("plan", plans(), ids=IDS)
 def test_each_update_sets_the_lock_field_and_nothing_else(plan: Any) -> None:
     (stage,) = plan.command.update
     assert list(stage) == ["$set"]
     assert list(stage["$set"]) == ["lock"]
 
 
-@pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
+@pytest.mark.parametrize("plan", plans(), ids=IDS)
 def test_each_projection_returns_no_user_field(plan: Any) -> None:
     assert set(plan.command.projection) <= {"_id", "i", "mine", "tags", "r"}
 
 
-@pytest.mark.parametrize("plan", plans(), ids=["acquire", "continue", "release", "extend"])
+@pytest.mark.parametrize("plan", plans(), ids=IDS)
 def test_each_projection_leaves_the_stored_id_out_so_an_image_is_told_apart(plan: Any) -> None:
     assert plan.command.projection["_id"] == 0
     assert plan.command.projection["i"] == "$_id"
@@ -142,3 +157,61 @@ def test_a_missing_named_document_is_a_loss_not_resource_not_found() -> None:
     plan = NAMED.release({"_id": "a"}, user_filter={"_id": "a"}, lock=LOCK)
     with pytest.raises(LockWasReacquired):
         plan.read(None)
+
+
+# -- conversions --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "down"),
+    [
+        ("write", "read", True),
+        ("write", "write", True),
+        ("read", "read", True),
+        ("read", "write", False),
+    ],
+)
+def test_a_downgrade_is_a_conversion_that_meets_nothing_new(old: str, new: str, down: bool) -> None:
+    assert is_downgrade(CORE.rules, old, new) is down
+
+
+def test_an_upgrade_is_decided_by_the_acquisitions_own_decision() -> None:
+    rules = CORE.rules
+    decided = decision(rules, "write", clock=False, max_holders=7, fresh=False)
+    body = upgrade_body("lock", rules, "write", clock=False, max_holders=7)
+    assert repr(decided) in repr(body)
+
+
+def _reply(*entries: tuple[str, bool, int], tags: tuple[str, ...] = ()) -> dict[str, Any]:
+    moment = datetime(2026, 1, 1)
+    mine = [
+        {"id": READ.id, "tag": t, "pending": p, "fence": f, "acquired": moment, "expires": moment}
+        for t, p, f in entries
+    ]
+    return {"i": 1, "mine": mine, "tags": list(tags)}
+
+
+def _upgrade() -> Any:
+    return CORE.convert({"_id": 1}, user_filter={"_id": 1}, lock=READ, tag="write", lifetime_ms=5)
+
+
+def test_an_upgrade_granted_reads_as_the_lock_with_its_new_tag() -> None:
+    lock = _upgrade().read(_reply(("write", False, 9)))
+    assert (lock.id, lock.tag, lock.fence) == (READ.id, "write", 9)
+
+
+def test_a_pending_upgrade_reads_as_an_assertive_wait_with_the_read_lock_kept() -> None:
+    with pytest.raises(AssertiveLock) as raised:
+        _upgrade().read(_reply(("read", False, 3), ("write", True, 0), tags=("read",)))
+    assert (raised.value.lock.tag, raised.value.lock.pending) == ("write", True)
+    assert raised.value.blocking_tags == ("read",)
+
+
+def test_a_refused_upgrade_reads_as_cooperative() -> None:
+    with pytest.raises(CooperativeLock):
+        _upgrade().read(_reply(("read", False, 3), tags=("read", "write")))
+
+
+def test_an_upgrade_of_a_lock_gone_reads_as_a_loss() -> None:
+    with pytest.raises(LockNotFound):
+        _upgrade().read(_reply(("write", True, 0), tags=("read",)))

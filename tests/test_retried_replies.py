@@ -327,3 +327,45 @@ def test_a_retried_break_reports_the_entries_it_removed(
     assert [holder.id for holder in removed] == [lock.id]
     assert entry_of(collection, lock) is None
     assert_untouched(collection, fields)
+
+
+# -- convert ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cls", "old", "new"),
+    [(WriteLock, "write", "write"), (MultiLock, "write", "read"), (MultiLock, "read", "write")],
+)
+def test_a_retried_conversion_reports_the_grant_it_made(
+    through: Make,
+    cutter: ReplyCutter,
+    record: Doc,
+    collection: Collection[Doc],
+    fields: Doc,
+    cls: type[Any],
+    old: str,
+    new: str,
+) -> None:
+    locks = through(cls, **({} if cls is WriteLock else RW_TABLE))
+    held = locks.acquire(record, **tagged(cls, old))
+    with answered_as_mongodb(cutter):
+        converted = locks.convert(record, held, tag=new)
+    assert (converted.id, converted.tag, converted.pending) == (held.id, new, False)
+    assert converted.fence > held.fence
+    assert_reports(converted, collection)
+    assert_untouched(collection, fields)
+
+
+def test_a_retried_upgrade_reports_its_pending_entry_beside_the_read_lock_kept(
+    through: Make, direct: Make, cutter: ReplyCutter, record: Doc, collection: Collection[Doc]
+) -> None:
+    direct(MultiLock, **RW_TABLE).acquire(record, tag="read")
+    locks = through(MultiLock, **RW_TABLE)
+    read = locks.acquire(record, tag="read")
+    with answered_as_mongodb(cutter), pytest.raises(AssertiveLock) as pending:
+        locks.convert(record, read, tag="write")
+    assert pending.value.lock is not None
+    assert (pending.value.lock.tag, pending.value.lock.pending) == ("write", True)
+    assert pending.value.blocking_tags == ("read",)
+    ours = [h for h in stored_lock(collection)["holders"] if h["id"] == read.id]
+    assert [(h["tag"], h["pending"]) for h in ours] == [("read", False), ("write", True)]

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from pymongo.asynchronous.collection import AsyncCollection
 
 from docmultilock._args import check_flavour
+from docmultilock._async.converting import AsyncConverting
 from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
 from docmultilock._async.hold import AsyncHold
 from docmultilock._async.sets import AsyncLockSets
@@ -32,8 +33,8 @@ __all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
 T = TypeVar("T")
 
 
-class AsyncLockManager(AsyncLockSets):
-    """What every async lock manager shares: its runner, the read-side calls, ``hold()``."""
+class AsyncLockManager(AsyncConverting, AsyncLockSets):
+    """What every async lock manager shares: its runner, reads, ``hold()``, ``convert()``, sets."""
 
     def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:
         self.collection = collection

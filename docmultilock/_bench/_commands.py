@@ -71,12 +71,13 @@ class Step:
     """One call on a probe's lock manager and key.
 
     ``acquire`` passes ``tag``, the floor's ``upsert``, or (with ``of``) the pending lock
-    number ``of`` to continue; ``release`` and ``extend`` act on lock number ``of`` (the
-    latest by default); ``pause`` waits out the grant's millisecond (``_GRANT_MILLISECOND``).
+    number ``of`` to continue; ``release``, ``extend`` and ``convert`` (to ``tag``) act on
+    lock number ``of`` (the latest by default); ``pause`` waits out the grant's millisecond
+    (``_GRANT_MILLISECOND``).
     ``refused`` is the error the call must raise: the outcome it is counted for.
     """
 
-    call: Literal["acquire", "release", "extend", "pause"]
+    call: Literal["acquire", "release", "extend", "convert", "pause"]
     tag: str | None = None
     of: int | None = None
     refused: type[LockError] | None = None
@@ -96,7 +97,7 @@ class Step:
                 return
             if self.refused is not None:
                 raise AssertionError(f"{self} did not raise {self.refused.__name__}")
-            if self.call == "acquire":
+            if self.call in ("acquire", "convert"):
                 held.append(got)
 
         return run
@@ -104,6 +105,8 @@ class Step:
     def _call(self, locks: Any, key: Any, held: list[Any]) -> Any:
         if self.call == "pause":
             return time.sleep(_GRANT_MILLISECOND)
+        if self.call == "convert":
+            return locks.convert(key, held[-1 if self.of is None else self.of], tag=self.tag)
         if self.call != "acquire":
             return getattr(locks, self.call)(key, held[-1 if self.of is None else self.of])
         options: dict[str, Any] = {"tag": self.tag} if self.tag else {}
@@ -191,6 +194,8 @@ PROBES = [
           (_refused(ResourceNotFound),), key="missing"),
     Probe("WriteLock", "release", "release", (ACQUIRE, RELEASE)),
     Probe("WriteLock", "extend", "extend", (ACQUIRE, EXTEND)),
+    Probe("WriteLock", "convert write to write (a grant: the fence grows)", "extend",
+          (ACQUIRE, Step("convert", "write"))),
     Probe("MultiLock", "acquire read (free)", "acquire", (READ,)),
     Probe("MultiLock", "acquire read (concurrent: beside a read)", "acquire", (READ, READ)),
     Probe("MultiLock", "acquire write (cooperative: refused)", "acquire-held",
@@ -201,6 +206,12 @@ PROBES = [
           (READ, PENDING_WRITE)),
     Probe("MultiLock", "acquire write (continue: granted)", "acquire",
           (READ, PENDING_WRITE, Step("release", of=0), Step("acquire", of=1))),
+    Probe("MultiLock", "convert read to write (alone: granted)", "extend",
+          (READ, Step("convert", "write"))),
+    Probe("MultiLock", "convert read to write (beside a read: pending)", "extend",
+          (READ, READ, Step("convert", "write", of=0, refused=AssertiveLock))),
+    Probe("MultiLock", "convert write to read (downgrade)", "extend",
+          (WRITE, Step("convert", "read"))),
     Probe("MultiLock", "release", "release", (READ, RELEASE)),
     Probe("MultiLock", "extend", "extend", (READ, EXTEND)),
     Probe("NamedLocks", "acquire (new document)", "acquire-new", (ACQUIRE,), key="name"),

@@ -24,6 +24,7 @@ from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
+from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
 from docmultilock._sync.hold import Hold
 from docmultilock._sync.sets import LockSets
@@ -34,8 +35,8 @@ __all__ = ["LockManager", "MultiLock", "WriteLock"]
 T = TypeVar("T")
 
 
-class LockManager(LockSets):
-    """What every sync lock manager shares: its runner, the read-side calls, ``hold()``."""
+class LockManager(Converting, LockSets):
+    """What every sync lock manager shares: its runner, reads, ``hold()``, ``convert()``, sets."""
 
     def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:
         self.collection = collection

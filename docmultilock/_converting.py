@@ -1,0 +1,101 @@
+"""What the server decides for a conversion (``convert``): a held lock takes another tag.
+
+A conversion keeps the entry's id and is a grant: the fence grows. Two kinds, told apart
+from the tag table alone (:func:`is_downgrade`):
+
+* **A downgrade** (the default table's ``write`` to ``read``, or a tag to itself) conflicts
+  with nothing the old tag did not: it is granted at once while the lock is held
+  (:func:`regrant_body`), and readers can join at once.
+* **An upgrade** (``read`` to ``write``) is decided by the acquisition's own decision
+  (``_acquiring.decision``) over the live entries *without the converting one*
+  (:func:`upgrade_body`), so it is refused, made pending or granted exactly as an
+  acquisition of the new tag would be, and obeys whatever that decision comes to decide.
+
+**A pending upgrade is a second entry of the same id.** While the upgrade waits, the
+document holds the converting entry as it was (granted, of the old tag) and, after it, a
+pending entry of the new tag with the same id. Every existing rule then holds unchanged:
+an entry is ours by its id *and* stored tag (``_pipeline.is_ours``), so ``guard()``,
+``extend`` and the keep-alive of the read lock see the granted read entry, while the
+pending write entry refuses new readers and waits for the others to drain like any
+pending writer (``_changes`` and ``inspect`` see it as one); ``release`` and
+``break_lock(lock_id=...)`` remove every entry of the id, so both. The granted entry is
+kept *before* the pending one, as replies that read one entry of an id read the first.
+When the upgrade is granted, the old entry goes and the pending one becomes granted in
+place; refused, the pending one goes and the old entry stays. The layout is unchanged:
+``holders`` merely lists one id twice.
+"""
+
+from __future__ import annotations
+
+from docmultilock._acquiring import decision
+from docmultilock._expr import Expr, each
+from docmultilock._layout import let, on_our_field
+from docmultilock._pipeline import is_ours, next_fence, renew, state, state_of, unexpired
+from docmultilock._rules import TagRules
+
+__all__ = ["is_downgrade", "regrant_body", "upgrade_body", "withdrawal_body"]
+
+
+def is_downgrade(rules: TagRules, old: str, new: str) -> bool:
+    """True when ``new`` refuses or waits for no tag that ``old`` does not (a tag to itself too).
+
+    Such a conversion meets nothing the held lock did not already stand beside, so it is
+    granted at once; any other is decided as an acquisition of ``new``.
+    """
+    return rules.in_the_way(new)[0] <= rules.in_the_way(old)[0]
+
+
+def _unchanged(field: str) -> Expr:
+    """The field as it is (a missing one stays missing): a conversion of a lost lock."""
+    return f"${field}"
+
+
+def regrant_body(field: str, *, clock: bool) -> Expr:
+    """A downgrade: our granted entry of tag ``$$tag`` takes tag ``$$to`` and the next fence.
+
+    Renewed in place by its lifetime (or the call's, ``$$ttl``), stamped acquired now; the
+    field is left exactly as it is when the entry is not there, granted and live.
+    """
+    held = {"$and": [is_ours("$$h"), {"$eq": ["$$h.pending", False]}]}
+    has = {"$in": [True, {"$map": {"input": "$$live", "as": "h", "in": held}}]}
+    changes = {"tag": "$$to", "fence": "$$granted", "acquired": "$$now"}
+    granted = let(
+        {"granted": next_fence(clock)},
+        state_of(renew(changes, granted_only=True), "$$granted", clock=clock),
+    )
+    return on_our_field(field, {"live": unexpired()}, {"$cond": [has, granted, _unchanged(field)]})
+
+
+def upgrade_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int) -> Expr:
+    """An upgrade to ``tag`` (``$$tag``): the acquisition's decision, not counting ourselves.
+
+    The converting entry (``$$old``) is our granted one of another tag, of ``$$from`` when
+    the call names it (``None``: the call continues a pending upgrade by its id). The
+    decision is the continued one (``$$create`` true): it registers, renews, or grants our
+    pending entry of ``tag`` over ``$$live`` without ``$$old``. Granted, ``$$old`` goes;
+    otherwise it is put back first, so it still comes before our pending entry.
+    """
+    converting = {
+        "$and": [
+            {"$eq": ["$$h.id", "$$id"]},
+            {"$eq": ["$$h.pending", False]},
+            {"$ne": ["$$h.tag", "$$tag"]},
+            {"$or": [{"$eq": ["$$from", None]}, {"$eq": ["$$h.tag", "$$from"]}]},
+        ]
+    }
+    decide = decision(rules, tag, clock=clock, max_holders=max_holders, fresh=False)
+    ours = {"$filter": {"input": "$$r.h", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
+    won = {"$in": [False, each(ours, "pending")]}
+    holders = {"$cond": [won, "$$r.h", {"$concatArrays": ["$$old", "$$r.h"]}]}
+    decided = let({"r": decide}, state_of(holders, "$$r.f", clock=clock))
+    bound = {"old": unexpired(converting), "live": unexpired({"$not": [converting]})}
+    return on_our_field(
+        field, bound, {"$cond": [{"$gt": [{"$size": "$$old"}, 0]}, decided, _unchanged(field)]}
+    )
+
+
+def withdrawal_body(field: str, *, clock: bool) -> Expr:
+    """Drop our pending entry of ``$$tag`` (a pending upgrade given up), keeping the rest."""
+    pending = {"$and": [is_ours("$$h"), {"$eq": ["$$h.pending", True]}]}
+    kept = unexpired({"$not": [pending]})
+    return on_our_field(field, {"kept": kept}, state("$$kept", "$$fence0", clock=clock))

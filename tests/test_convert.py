@@ -1,0 +1,313 @@
+"""Conversions (``convert``): a held lock takes another tag in one command, keeping its id.
+
+Run over every manager where the rule applies (MultiLock and NamedLocks with the readers-
+writer table for downgrades and upgrades; WriteLock, MultiLock and the exclusive NamedLocks
+for a conversion to the same tag) and both flavours.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+import pytest
+from pymongo.collection import Collection
+
+from docmultilock import (
+    AssertiveLock,
+    CooperativeLock,
+    InvalidArgument,
+    Lock,
+    LockNotFound,
+    LockTimeout,
+    MultiLock,
+    NamedLocks,
+    WriteLock,
+)
+from tests.flavours import MakeLock
+from tests.helpers import USER_FIELDS, CommandLog, user_fields
+
+Doc = dict[str, Any]
+Manager = WriteLock | MultiLock | NamedLocks
+READ_WRITE = {
+    "read": {"cooperative": ["write"]},
+    "write": {"cooperative": ["write"], "assertive": ["read"]},
+}
+
+
+class Place(NamedTuple):
+    """A manager and the key it locks: a document's filter, or a name."""
+
+    locks: Any
+    key: Any
+    #: Where its state lives, for counting what a guard matches.
+    home: Collection[Doc]
+
+
+TAGGED = ["MultiLock", "NamedLocks"]
+
+
+def tagged_place(
+    kind: str, make_lock: MakeLock, collection: Collection[Doc], table: dict[str, Any]
+) -> Place:
+    """A manager of ``kind`` with ``table`` and roomy lifetimes, and a key it locks."""
+    timeouts = dict.fromkeys(table, 10.0)
+    if kind == "MultiLock":
+        collection.insert_one({"_id": 1, **USER_FIELDS})
+        locks = make_lock(MultiLock, collection, lock_timeouts=timeouts, lock_relationships=table)
+        return Place(locks, {"_id": 1}, collection)
+    names = make_lock(
+        NamedLocks,
+        collection.database,
+        collection.name,
+        lock_timeouts=timeouts,
+        lock_relationships=table,
+    )
+    return Place(names, "order-1", collection)
+
+
+@pytest.fixture(params=TAGGED)
+def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
+    """A readers-writer manager, with roomy lifetimes, and a key it locks."""
+    return tagged_place(request.param, make_lock, collection, READ_WRITE)
+
+
+@pytest.fixture(params=["WriteLock", "MultiLock", "NamedLocks"])
+def any_place(
+    request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
+) -> Place:
+    """Every manager with its default table, and a key it locks."""
+    if request.param == "NamedLocks":
+        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
+        return Place(names, "order-1", collection)
+    collection.insert_one({"_id": 1, **USER_FIELDS})
+    cls = WriteLock if request.param == "WriteLock" else MultiLock
+    return Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
+
+
+def take(place: Place, tag: str) -> Lock:
+    """A new ``tag`` lock on the place's key (WriteLock takes no tag)."""
+    if isinstance(place.locks, WriteLock) or len(place.locks.options.rules.tags) == 1:
+        return place.locks.acquire(place.key)  # type: ignore[no-any-return]
+    return place.locks.acquire(place.key, tag=tag)  # type: ignore[no-any-return]
+
+
+def guards(place: Place, lock: Lock) -> bool:
+    """True when ``lock``'s guard matches its document (the lock grants its rights)."""
+    return place.home.count_documents(place.locks.guard(place.key, lock)) == 1
+
+
+def assert_user_fields_kept(place: Place) -> None:
+    if isinstance(place.key, dict):
+        assert user_fields(place.home) == {"_id": 1, **USER_FIELDS}
+
+
+def assert_converts_nothing(place: Place, lock: Lock, tag: str) -> None:
+    """Converting ``lock`` to ``tag`` raises the loss and writes nothing."""
+    before = list(place.home.find())
+    with pytest.raises(LockNotFound):
+        place.locks.convert(place.key, lock, tag=tag)
+    assert list(place.home.find()) == before
+
+
+# -- to the same tag: the one conversion of an exclusive table --------------------------
+
+
+def test_a_conversion_to_the_same_tag_is_a_grant_that_grows_the_fence(any_place: Place) -> None:
+    lock = take(any_place, "write")
+    converted = any_place.locks.convert(any_place.key, lock, tag="write")
+    assert (converted.id, converted.tag, converted.pending) == (lock.id, "write", False)
+    assert converted.fence > lock.fence
+    assert guards(any_place, converted)
+    any_place.locks.release(any_place.key, converted)
+    assert_user_fields_kept(any_place)
+
+
+def test_a_conversion_is_one_command(
+    make_lock: MakeLock, collection: Collection[Doc], counted: tuple[Collection[Doc], CommandLog]
+) -> None:
+    collection.insert_one({"_id": 1, **USER_FIELDS})
+    seen, log = counted
+    locks = make_lock(MultiLock, seen)
+    read = locks.acquire({"_id": 1}, tag="read")
+    log.names.clear()
+    write = locks.convert({"_id": 1}, read, tag="write")
+    locks.convert({"_id": 1}, write, tag="read")
+    assert log.names == ["findAndModify", "findAndModify"]
+
+
+@pytest.mark.parametrize("tag", ["admin", 3])
+def test_an_undeclared_tag_is_refused_before_anything_is_sent(any_place: Place, tag: Any) -> None:
+    lock = take(any_place, "write")
+    with pytest.raises(InvalidArgument):
+        any_place.locks.convert(any_place.key, lock, tag=tag)
+    assert guards(any_place, lock)  # untouched, still held as it was
+
+
+def test_a_lost_lock_is_not_converted_and_nothing_is_written(any_place: Place) -> None:
+    lock = take(any_place, "write")
+    any_place.locks.release(any_place.key, lock)
+    assert_converts_nothing(any_place, lock, "write")
+
+
+# -- downgrade ---------------------------------------------------------------------------
+
+
+def test_a_downgrade_is_granted_and_lets_readers_in(rw: Place) -> None:
+    write = rw.locks.acquire(rw.key, tag="write")
+    with pytest.raises(CooperativeLock):
+        rw.locks.acquire(rw.key, tag="read")
+    read = rw.locks.convert(rw.key, write, tag="read")
+    assert (read.id, read.tag, read.pending) == (write.id, "read", False)
+    assert read.fence > write.fence
+    assert guards(rw, read)
+    assert not guards(rw, write)
+    other = rw.locks.acquire(rw.key, tag="read")
+    rw.locks.release(rw.key, other)
+    rw.locks.release(rw.key, read)
+    assert_user_fields_kept(rw)
+
+
+#: A table where a pending entry can stand beside a held lock that downgrades: an
+#: ``audit`` waits for ``edit`` to drain, and ``view`` is refused by a pending ``audit``.
+AUDITED = {
+    "edit": {"cooperative": ["audit"]},
+    "audit": {"assertive": ["edit"]},
+    "view": {"cooperative": ["audit"]},
+}
+
+
+@pytest.mark.parametrize("kind", TAGGED)
+def test_a_downgrade_is_granted_while_held_even_where_an_acquisition_is_refused(
+    kind: str, make_lock: MakeLock, collection: Collection[Doc]
+) -> None:
+    place = tagged_place(kind, make_lock, collection, AUDITED)
+    edit = place.locks.acquire(place.key, tag="edit")
+    with pytest.raises(AssertiveLock):
+        place.locks.acquire(place.key, tag="audit")
+    with pytest.raises(CooperativeLock):  # a new view is refused by the pending audit
+        place.locks.acquire(place.key, tag="view")
+    view = place.locks.convert(place.key, edit, tag="view")
+    assert (view.id, view.tag) == (edit.id, "view")
+    assert view.fence > edit.fence
+
+
+def upgrade_beside_a_reader(place: Place) -> tuple[Lock, Lock, AssertiveLock]:
+    """Two readers; the first's upgrade to write, pending: (first, second, its error)."""
+    first = place.locks.acquire(place.key, tag="read")
+    second = place.locks.acquire(place.key, tag="read")
+    with pytest.raises(AssertiveLock) as raised:
+        place.locks.convert(place.key, first, tag="write")
+    return first, second, raised.value
+
+
+# -- upgrade -----------------------------------------------------------------------------
+
+
+def test_an_upgrade_alone_is_granted_and_refuses_new_readers(rw: Place) -> None:
+    read = rw.locks.acquire(rw.key, tag="read")
+    write = rw.locks.convert(rw.key, read, tag="write")
+    assert (write.id, write.tag, write.pending) == (read.id, "write", False)
+    assert write.fence > read.fence
+    assert guards(rw, write)
+    assert not guards(rw, read)
+    with pytest.raises(CooperativeLock):
+        rw.locks.acquire(rw.key, tag="read")
+    rw.locks.release(rw.key, write)
+    assert_user_fields_kept(rw)
+
+
+def test_an_upgrade_beside_a_reader_is_pending_and_keeps_the_read_rights(rw: Place) -> None:
+    mine, other, refusal = upgrade_beside_a_reader(rw)
+    pending = refusal.lock
+    assert (pending.id, pending.tag, pending.pending) == (mine.id, "write", True)
+    assert refusal.blocking_tags == ("read",)
+    assert guards(rw, mine)  # the read lock still grants its rights
+    assert rw.locks.extend(rw.key, mine).tag == "read"  # and is kept alive as ever
+    with pytest.raises(CooperativeLock):  # new readers are refused
+        rw.locks.acquire(rw.key, tag="read")
+    rw.locks.release(rw.key, other)
+    write = rw.locks.convert(rw.key, pending, tag="write")
+    assert (write.id, write.tag, write.pending) == (mine.id, "write", False)
+    assert guards(rw, write)
+    assert not guards(rw, mine)
+    assert_user_fields_kept(rw)
+
+
+def test_a_pending_upgrade_is_continued_by_the_read_lock_too(rw: Place) -> None:
+    mine, other, _ = upgrade_beside_a_reader(rw)
+    rw.locks.release(rw.key, other)
+    assert rw.locks.convert(rw.key, mine, tag="write").tag == "write"
+
+
+def test_a_pending_upgrade_goes_with_its_release(rw: Place) -> None:
+    mine, other, _ = upgrade_beside_a_reader(rw)
+    rw.locks.release(rw.key, mine)
+    rw.locks.release(rw.key, other)
+    rw.locks.release(rw.key, rw.locks.acquire(rw.key, tag="read"))
+
+
+def test_a_pending_upgrade_is_continued_only_to_its_own_tag(rw: Place) -> None:
+    _, _, refusal = upgrade_beside_a_reader(rw)
+    with pytest.raises(InvalidArgument):
+        rw.locks.convert(rw.key, refusal.lock, tag="read")
+
+
+def test_two_readers_upgrading_at_once_never_deadlock(rw: Place) -> None:
+    first, second, refusal = upgrade_beside_a_reader(rw)
+    with pytest.raises(CooperativeLock):  # refused at once, even when told to wait
+        rw.locks.convert(rw.key, second, tag="write", wait=5.0)
+    assert guards(rw, second)  # and keeps its read lock
+    rw.locks.release(rw.key, second)
+    assert rw.locks.convert(rw.key, refusal.lock, tag="write").id == first.id
+
+
+def test_an_upgrade_waits_for_the_readers_to_drain(rw: Place) -> None:
+    mine = rw.locks.acquire(rw.key, tag="read")
+    other = rw.locks.acquire(rw.key, tag="read")
+    releaser = threading.Timer(0.3, rw.locks.release, (rw.key, other))
+    releaser.start()
+    try:
+        write = rw.locks.convert(rw.key, mine, tag="write", wait=30.0, backoff=(0.01, 0.05))
+    finally:
+        releaser.join()
+    assert (write.id, write.tag, write.pending) == (mine.id, "write", False)
+
+
+def test_an_upgrade_whose_wait_runs_out_is_withdrawn_and_the_read_lock_kept(rw: Place) -> None:
+    mine = rw.locks.acquire(rw.key, tag="read")
+    rw.locks.acquire(rw.key, tag="read")
+    with pytest.raises(LockTimeout) as raised:
+        rw.locks.convert(rw.key, mine, tag="write", wait=0.2, backoff=(0.01, 0.05))
+    assert isinstance(raised.value.__cause__, AssertiveLock)
+    assert guards(rw, mine)
+    rw.locks.acquire(rw.key, tag="read")  # readers are let in again: nothing pending
+
+
+def test_an_upgrade_of_a_lost_read_lock_is_refused_and_nothing_is_written(rw: Place) -> None:
+    mine = rw.locks.acquire(rw.key, tag="read")
+    rw.locks.acquire(rw.key, tag="read")
+    rw.locks.release(rw.key, mine)
+    assert_converts_nothing(rw, mine, "write")
+
+
+def test_a_client_edited_tag_converts_nothing(rw: Place) -> None:
+    read = rw.locks.acquire(rw.key, tag="read")
+    rw.locks.acquire(rw.key, tag="read")
+    # No granted write entry of that id: nothing to convert.
+    assert_converts_nothing(rw, replace(read, tag="write"), "read")
+
+
+def test_inspect_shows_a_pending_upgrade_as_a_second_entry_of_the_id(rw: Place) -> None:
+    mine, _, _ = upgrade_beside_a_reader(rw)
+    ours = [(h.tag, h.pending) for h in rw.locks.inspect(rw.key).holders if h.id == mine.id]
+    assert ours == [("read", False), ("write", True)]
+
+
+def test_breaking_a_lock_with_a_pending_upgrade_removes_both_entries(rw: Place) -> None:
+    mine, other, refusal = upgrade_beside_a_reader(rw)
+    rw.locks.break_lock(rw.key, lock_id=mine.id)
+    assert [h.id for h in rw.locks.inspect(rw.key).holders] == [other.id]
+    with pytest.raises(LockNotFound):
+        rw.locks.convert(rw.key, refusal.lock, tag="write")
