@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from docmultilock._acquiring import granted_of
 from docmultilock._command import encoded
 from docmultilock._expr import Expr, each, literal
 from docmultilock._layout import is_entry, ours
@@ -79,6 +80,8 @@ class Reply(NamedTuple):
     document_id: Any
     mine: Mapping[str, Any] | None
     tags: frozenset[str]
+    #: How many granted entries of the acquired tag are stored, when its limit asked.
+    granted: int | None = None
 
 
 class ReplyShape:
@@ -113,6 +116,13 @@ class ReplyShape:
             with_tags: encoded({"$let": {"vars": {"e": entry}, "in": found}})
             for with_tags, found in ((False, untagged), (True, tagged))
         }
+        # A tag with a limit (``lock_limits``): an acquisition's reply also counts its granted
+        # entries, so that a refusal at the limit is told from the others in the same reply.
+        self._granted = {
+            tag: encoded(granted_of(self.holders, tag))
+            for tag in rules.tags
+            if rules.limit(tag) is not None
+        }
 
     # -- projections ------------------------------------------------------------------
 
@@ -125,26 +135,37 @@ class ReplyShape:
         """
         return {**self._head, **extra}
 
-    def of_entry(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
-        """What acquire, release and extend read: the id, entry ``lock_id``, maybe the tags."""
+    def of_entry(
+        self, lock_id: str, *, with_tags: bool, counted: str | None = None
+    ) -> dict[str, Any]:
+        """What acquire, release and extend read: the id, entry ``lock_id``, maybe the tags.
+
+        With ``counted`` (an acquired tag), also the number of its granted entries, when
+        the tag has a limit.
+        """
+        head = HEAD
+        if counted is not None and counted in self._granted:
+            head = {**HEAD, "g": self._granted[counted]}
         if self._shared:
             index = {"$indexOfArray": [self._ids, literal(lock_id)]}
-            return {**HEAD, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
+            return {**head, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
         mine = {"$filter": {"input": self._stored, "cond": is_entry(lock_id)}}
         if with_tags:
-            return {**HEAD, "mine": mine, "tags": self._tags}
-        return {**HEAD, "mine": mine}
+            return {**head, "mine": mine, "tags": self._tags}
+        return {**head, "mine": mine}
 
     # -- reading ----------------------------------------------------------------------
 
-    def read(self, reply: Mapping[str, Any], lock_id: str | None) -> Reply:
+    def read(
+        self, reply: Mapping[str, Any], lock_id: str | None, counted: str | None = None
+    ) -> Reply:
         """What a reply to acquire, release or extend of entry ``lock_id`` says.
 
         A stored image is read from the lock field itself, as the projection would have
         been computed from it. An image answers only a command that was applied, and these
         commands are applied only to a field that is ours (a foreign one fails them), so
         its entries are ours to read. The tags are listed whether or not a reader needs
-        them.
+        them, and the granted entries of ``counted`` counted when its limit asked.
         """
         if is_image(reply):
             stored = entries(reply, self.field)
@@ -152,15 +173,22 @@ class ReplyShape:
             if lock_id is not None:
                 mine = next((entry for entry in stored if entry.get("id") == lock_id), None)
             tags = frozenset(e["tag"] for e in stored if isinstance(e.get("tag"), str))
-            return Reply(reply["_id"], mine, tags)
+            granted = None
+            if counted is not None and counted in self._granted:
+                granted = sum(
+                    1 for e in stored if e.get("tag") == counted and e.get("pending") is False
+                )
+            return Reply(reply["_id"], mine, tags, granted)
         found = reply.get("r")
         if found is not None:  # our entry found by its index (a table that shares)
-            return Reply(reply[DOCUMENT_ID], found.get("e"), frozenset(found.get("t") or ()))
+            tags = frozenset(found.get("t") or ())
+            return Reply(reply[DOCUMENT_ID], found.get("e"), tags, reply.get("g"))
         mine_list = reply.get("mine")
         return Reply(
             reply[DOCUMENT_ID],
             mine_list[0] if mine_list else None,
             frozenset(reply.get("tags") or ()),
+            reply.get("g"),
         )
 
     @staticmethod

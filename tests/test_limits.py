@@ -1,0 +1,306 @@
+"""Per-tag limits (``lock_limits``): at most N granted entries of a tag at once, per key.
+
+Run over MultiLock (a user's document) and NamedLocks (a name) in both flavours, with a
+table whose ``export`` tag is limited: ``view`` shares with everything, ``export`` waits
+for ``audit`` to drain (so an export can be pending), ``audit`` excludes itself.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pytest
+from pymongo.collection import Collection
+
+from docmultilock import (
+    AssertiveLock,
+    AsyncWriteLock,
+    InvalidConfiguration,
+    Lock,
+    MultiLock,
+    NamedLocks,
+    TooManyHolders,
+    WriteLock,
+)
+from docmultilock._flows import Clock
+from tests.flavours import MakeLock, Twins
+from tests.helpers import USER_FIELDS, Doc, wait_until
+
+TABLE = {
+    "view": {},
+    "export": {"assertive": ["audit"]},
+    "audit": {"cooperative": ["audit"]},
+}
+LIMITS = {"export": 2}
+
+
+def _never(seconds: float) -> None:
+    raise AssertionError(f"slept {seconds} s: the backoff was reached, no event woke the waiter")
+
+
+async def _anever(seconds: float) -> None:
+    _never(seconds)
+
+
+#: A clock whose backoff sleep fails the test: a waiter must be woken by a change event.
+NO_SLEEP = Clock(sleep=_never, asleep=_anever)
+
+Manager = MultiLock | NamedLocks
+
+
+class Keyed(NamedTuple):
+    """A manager and the key (a filter, or a name) the test locks, and how to read it back."""
+
+    locks: Any
+    key: Any
+    #: The whole stored document (the user's fields with the lock field, or the name's).
+    document: Callable[[], Any]
+
+    def stored(self) -> Any:
+        """The lock field as stored."""
+        return (self.document() or {}).get("lock")
+
+    def take(self, tag: str, **kwargs: Any) -> Lock:
+        return self.locks.acquire(self.key, tag=tag, **kwargs)  # type: ignore[no-any-return]
+
+    def pending(self, tag: str) -> Lock:
+        with pytest.raises(AssertiveLock) as caught:
+            self.take(tag)
+        return caught.value.lock
+
+
+@pytest.fixture(params=["MultiLock", "NamedLocks"])
+def manager(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def make(
+    manager: str, make_lock: MakeLock, collection: Collection[Doc]
+) -> Callable[..., Keyed]:
+    """Build the manager under test, in the test's flavour, with the limited table."""
+
+    def build(**options: Any) -> Keyed:
+        options = {"lock_relationships": TABLE, "lock_limits": LIMITS, **options}
+        if manager == "MultiLock":
+            collection.insert_one({"_id": 1, **USER_FIELDS})
+            return Keyed(
+                make_lock(MultiLock, collection, **options),
+                {"_id": 1},
+                lambda: collection.find_one({"_id": 1}),
+            )
+        return Keyed(
+            make_lock(NamedLocks, collection.database, collection.name, **options),
+            "nightly-export",
+            lambda: collection.find_one({"_id": "nightly-export"}),
+        )
+
+    return build
+
+
+@pytest.fixture
+def limited(make: Callable[..., Keyed]) -> Keyed:
+    return make()
+
+
+class Waiter:
+    """``hold(wait=...)`` on a thread; records what it was granted and what it raised."""
+
+    def __init__(self, keyed: Keyed, tag: str, **kwargs: Any) -> None:
+        self.granted: Lock | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(keyed, tag, kwargs), daemon=True)
+        self.thread.start()
+
+    def _run(self, keyed: Keyed, tag: str, kwargs: dict[str, Any]) -> None:
+        try:
+            with keyed.locks.hold(keyed.key, tag=tag, **kwargs) as held:
+                self.granted = held.lock
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+
+    def join(self) -> Lock:
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        if self.error is not None:
+            raise self.error
+        assert self.granted is not None
+        return self.granted
+
+
+# -- the server grants at most N ------------------------------------------------------------
+
+
+def test_the_tags_limit_is_granted_and_one_more_is_refused_with_409(limited: Keyed) -> None:
+    limited.take("export")
+    limited.take("export")
+    with pytest.raises(TooManyHolders) as caught:
+        limited.take("export")
+    err = caught.value
+    assert (err.status_code, err.tag, err.limit, err.blocking_tags) == (409, "export", 2, ())
+    assert "'export'" in str(err) and "2" in str(err)
+
+
+def test_a_refusal_at_the_limit_records_nothing(limited: Keyed) -> None:
+    limited.take("export")
+    limited.take("export")
+    before = limited.document()  # the user's fields too, for a MultiLock
+    with pytest.raises(TooManyHolders):
+        limited.take("export")
+    assert limited.document() == before
+
+
+def test_a_slot_frees_when_a_holder_releases(limited: Keyed) -> None:
+    first = limited.take("export")
+    limited.take("export")
+    limited.locks.release(limited.key, first)
+    limited.take("export")
+
+
+def test_entries_of_other_tags_do_not_count(limited: Keyed) -> None:
+    for _ in range(3):
+        limited.take("view")
+    limited.take("export")
+    limited.take("export")
+    limited.take("view")  # unlimited beside the limited tag at its limit
+
+
+def test_pending_entries_do_not_count(limited: Keyed) -> None:
+    limited.take("audit")
+    for _ in range(3):
+        limited.pending("export")  # registered as pending, never refused by the limit
+
+
+def test_a_pending_acquisition_whose_grant_would_exceed_the_limit_is_refused_and_withdrawn(
+    limited: Keyed,
+) -> None:
+    audit = limited.take("audit")
+    first, second, third = (limited.pending("export") for _ in range(3))
+    limited.locks.release(limited.key, audit)
+    limited.locks.acquire(limited.key, lock=first)
+    limited.locks.acquire(limited.key, lock=second)
+    with pytest.raises(TooManyHolders) as caught:
+        limited.locks.acquire(limited.key, lock=third)
+    assert caught.value.tag == "export"
+    ids = [entry["id"] for entry in limited.stored()["holders"]]
+    assert third.id not in ids  # withdrawn: it no longer holds anyone back
+
+
+# -- waiting for a slot ----------------------------------------------------------------------
+
+
+def test_hold_waits_for_a_slot_and_is_woken_by_a_release(
+    limited: Keyed, open_streams: Callable[[], int]
+) -> None:
+    first = limited.take("export")
+    limited.take("export")
+    waiting = Keyed(_with_clock(limited.locks, NO_SLEEP), limited.key, limited.document)
+    waiter = Waiter(waiting, "export", wait=60.0, backoff=(20.0, 20.0))
+    wait_until(lambda: open_streams() == 1)
+    time.sleep(0.3)  # refused, then waiting on its stream
+    limited.locks.release(limited.key, first)
+    assert waiter.join().tag == "export"
+
+
+def test_hold_with_wake_poll_waits_for_a_slot_by_backoff(limited: Keyed) -> None:
+    first = limited.take("export")
+    limited.take("export")
+    waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), wake="poll")
+    time.sleep(0.3)
+    limited.locks.release(limited.key, first)
+    assert waiter.join().tag == "export"
+
+
+def test_a_fair_hold_waits_for_a_slot_too(limited: Keyed) -> None:
+    first = limited.take("export")
+    limited.take("export")
+    waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), fair=True)
+    time.sleep(0.3)
+    limited.locks.release(limited.key, first)
+    assert waiter.join().tag == "export"
+
+
+def test_a_waiter_refused_by_max_holders_is_woken_by_a_release(
+    make: Callable[..., Keyed], open_streams: Callable[[], int]
+) -> None:
+    capped = make(max_holders=2)
+    first = capped.take("view")
+    capped.take("view")
+    waiting = Keyed(_with_clock(capped.locks, NO_SLEEP), capped.key, capped.document)
+    waiter = Waiter(waiting, "view", wait=60.0, backoff=(20.0, 20.0))
+    wait_until(lambda: open_streams() == 1)
+    time.sleep(0.3)  # refused, then waiting on its stream
+    capped.locks.release(capped.key, first)
+    assert waiter.join().tag == "view"
+
+
+def _with_clock(locks: Any, clock: Clock) -> Any:
+    """``locks`` with the flows' clock replaced (the backoff sleep, here)."""
+    locks._clock = clock
+    return locks
+
+
+@pytest.fixture
+def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
+    """How many change streams the flavour's watchers run now."""
+    from docmultilock._wakeup import WATCHERS, AsyncWatchers
+
+    if flavour == "sync":
+        return WATCHERS.open_streams
+
+    async def count() -> int:
+        return AsyncWatchers.current().open_streams()
+
+    return lambda: twins.portal.call(count())
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, False, 2.0, "3", None, 100_001])
+def test_a_limit_must_be_a_positive_int(make: Callable[..., Keyed], bad: Any) -> None:
+    with pytest.raises(InvalidConfiguration) as caught:
+        make(lock_limits={"export": bad})
+    assert "lock_limits" in caught.value.problems
+
+
+def test_a_limit_must_name_a_declared_tag(make: Callable[..., Keyed]) -> None:
+    with pytest.raises(InvalidConfiguration, match="'exprt'") as caught:
+        make(lock_limits={"exprt": 2})
+    assert "lock_limits" in caught.value.problems
+
+
+def test_every_problem_with_the_limits_is_named_at_once(make: Callable[..., Keyed]) -> None:
+    with pytest.raises(InvalidConfiguration) as caught:
+        make(lock_limits={"export": 0, "exprt": 2}, lock_timeout=-1)
+    text = str(caught.value)
+    assert "'exprt'" in text and "export" in text and "lock_timeout" in caught.value.problems
+
+
+def test_the_limits_are_kept_in_the_options(limited: Keyed) -> None:
+    assert limited.locks.options.limits == {"export": 2}
+
+
+@pytest.mark.parametrize("cls", [WriteLock, AsyncWriteLock])
+def test_write_lock_takes_no_limits(cls: Any, collection: Collection[Doc]) -> None:
+    with pytest.raises(TypeError, match="lock_limits"):
+        cls(collection, lock_limits={"write": 1})
+
+
+# -- the error -----------------------------------------------------------------------------
+
+
+def test_the_error_carries_the_tag_and_limit_in_its_dict_and_pickles(limited: Keyed) -> None:
+    limited.take("export")
+    limited.take("export")
+    with pytest.raises(TooManyHolders) as caught:
+        limited.take("export")
+    data = caught.value.to_dict()
+    assert (data["tag"], data["limit"]) == ("export", 2)
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert (copy.tag, copy.limit, str(copy)) == ("export", 2, str(caught.value))
