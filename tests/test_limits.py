@@ -203,6 +203,7 @@ def test_hold_waits_for_a_slot_and_is_woken_by_a_release(
     waiter = Waiter(waiting, "export", wait=60.0, backoff=(20.0, 20.0))
     wait_until(lambda: open_streams() == 1)
     time.sleep(0.3)  # refused, then waiting on its stream
+    assert waiter.granted is None
     limited.locks.release(limited.key, first)
     assert waiter.join().tag == "export"
 
@@ -212,6 +213,7 @@ def test_hold_with_wake_poll_waits_for_a_slot_by_backoff(limited: Keyed) -> None
     limited.take("export")
     waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), wake="poll")
     time.sleep(0.3)
+    assert waiter.granted is None
     limited.locks.release(limited.key, first)
     assert waiter.join().tag == "export"
 
@@ -221,6 +223,7 @@ def test_a_fair_hold_waits_for_a_slot_too(limited: Keyed) -> None:
     limited.take("export")
     waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), fair=True)
     time.sleep(0.3)
+    assert waiter.granted is None
     limited.locks.release(limited.key, first)
     assert waiter.join().tag == "export"
 

@@ -579,3 +579,30 @@ def test_one_wake_per_release_goes_to_each_tag_that_excludes_itself() -> None:
     )
     _interests(first, second, other).dispatch(_change())
     assert (first.woken, second.woken, other.woken) == (True, False, True)
+
+
+# -- limits: waiters refused by lock_limits or max_holders ---------------------------------
+
+
+def test_a_waiter_at_its_tags_limit_is_not_woken_by_a_change_that_keeps_it_full() -> None:
+    waiter = Interest(1, False, lambda: None, Blockers(frozenset(), limit=("export", 2)))
+    interests = _interests(waiter)
+    interests.dispatch(_change(("a", False, "export"), ("b", False, "export"), ("c", True, "export")))
+    assert not waiter.woken  # the pending export does not count, but two granted ones are there
+
+
+def test_a_release_that_frees_a_slot_of_the_tag_wakes_its_waiter() -> None:
+    waiter = Interest(1, False, lambda: None, Blockers(frozenset(), limit=("export", 2)))
+    interests = _interests(waiter)
+    interests.dispatch(_change(("a", False, "export"), ("b", False, "export")))
+    interests.dispatch(_change(("a", False, "export"), ("v", False, "view")))
+    assert waiter.woken
+
+
+def test_a_waiter_refused_by_max_holders_is_woken_once_fewer_entries_are_left() -> None:
+    waiter = Interest(1, False, lambda: None, Blockers(frozenset(), most=2))
+    interests = _interests(waiter)
+    interests.dispatch(_change(("a", False, "view"), ("b", True, "view")))
+    assert not waiter.woken
+    interests.dispatch(_change(("a", False, "view")))
+    assert waiter.woken
