@@ -168,9 +168,7 @@ class _OptionsSchema(marshmallow.Schema):
     # refuses a bool, which Python would otherwise take for 1 or 0.
     lock_limits = fields.Dict(
         keys=_tag_field(),
-        values=fields.Integer(
-            strict=True, validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT)
-        ),
+        values=fields.Integer(strict=True, validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT)),
         load_default=dict,
     )
     lock_timeout = _Parsed(lambda v: parse_lifetime_ms(v, "lock_timeout"), required=True)

@@ -53,7 +53,7 @@ class Case(NamedTuple):
     table: dict[str, dict[str, list[str]]]
     holders: list[tuple[str, bool]]
     tag: str
-    limits: dict[str, int] = {}
+    limits: dict[str, int] = {}  # noqa: RUF012 - a NamedTuple's default, never mutated
     max_holders: int = 1000
 
 

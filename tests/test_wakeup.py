@@ -587,7 +587,9 @@ def test_one_wake_per_release_goes_to_each_tag_that_excludes_itself() -> None:
 def test_a_waiter_at_its_tags_limit_is_not_woken_by_a_change_that_keeps_it_full() -> None:
     waiter = Interest(1, False, lambda: None, Blockers(frozenset(), limit=("export", 2)))
     interests = _interests(waiter)
-    interests.dispatch(_change(("a", False, "export"), ("b", False, "export"), ("c", True, "export")))
+    interests.dispatch(
+        _change(("a", False, "export"), ("b", False, "export"), ("c", True, "export"))
+    )
     assert not waiter.woken  # the pending export does not count, but two granted ones are there
 
 
