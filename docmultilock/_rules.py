@@ -2,7 +2,8 @@
 
 A acquiring with A *cooperative* with B is refused while any live B entry (held or pending)
 is on the document. A *assertive* with B registers A as pending while live B entries remain,
-and the caller waits for them to drain. Tags with no relationship are concurrent.
+and the caller waits for them to drain. Tags with no relationship are concurrent. A tag's
+limit (``lock_limits``) refuses it while that many entries of it are granted.
 
 The table is validated once here; the server-side decision (``_acquiring``), the reader of
 its answer (``_plans``) and the wake-up decision (``_changes``) take their tag sets from a
