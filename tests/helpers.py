@@ -13,9 +13,23 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 
+from docmultilock._flows import Clock
 from tests.proxy import ReplyCutter
 
 Doc = dict[str, Any]
+
+
+def _never(seconds: float) -> None:
+    raise AssertionError(f"slept {seconds} s: the backoff was reached")
+
+
+async def _anever(seconds: float) -> None:
+    _never(seconds)
+
+
+#: A clock whose backoff sleep fails the test: a waiter must be woken before reaching it
+#: (give it to a manager as ``locks._clock``).
+NO_SLEEP = Clock(sleep=_never, asleep=_anever)
 
 #: The user's own data in the locked test document; no operation may change it.
 USER_FIELDS: Doc = {"name": "original", "items": [{"sku": "a", "qty": 1}], "total": 10}

@@ -27,8 +27,8 @@ from docmultilock import (
     WriteLock,
 )
 from docmultilock._flows import Clock
-from tests.flavours import MakeLock, Twins
-from tests.helpers import USER_FIELDS, Doc, wait_until
+from tests.flavours import MakeLock
+from tests.helpers import NO_SLEEP, USER_FIELDS, Doc, wait_until
 
 TABLE = {
     "view": {},
@@ -37,17 +37,6 @@ TABLE = {
 }
 LIMITS = {"export": 2}
 
-
-def _never(seconds: float) -> None:
-    raise AssertionError(f"slept {seconds} s: the backoff was reached, no event woke the waiter")
-
-
-async def _anever(seconds: float) -> None:
-    _never(seconds)
-
-
-#: A clock whose backoff sleep fails the test: a waiter must be woken by a change event.
-NO_SLEEP = Clock(sleep=_never, asleep=_anever)
 
 Manager = MultiLock | NamedLocks
 
@@ -207,20 +196,11 @@ def test_hold_waits_for_a_slot_and_is_woken_by_a_release(
     assert waiter.join().tag == "export"
 
 
-def test_hold_with_wake_poll_waits_for_a_slot_by_backoff(limited: Keyed) -> None:
+@pytest.mark.parametrize("how", [{"wake": "poll"}, {"fair": True}], ids=["poll", "fair"])
+def test_hold_polling_or_in_a_fair_line_waits_for_a_slot(limited: Keyed, how: Doc) -> None:
     first = limited.take("export")
     limited.take("export")
-    waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), wake="poll")
-    time.sleep(0.3)
-    assert waiter.granted is None
-    limited.locks.release(limited.key, first)
-    assert waiter.join().tag == "export"
-
-
-def test_a_fair_hold_waits_for_a_slot_too(limited: Keyed) -> None:
-    first = limited.take("export")
-    limited.take("export")
-    waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), fair=True)
+    waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), **how)
     time.sleep(0.3)
     assert waiter.granted is None
     limited.locks.release(limited.key, first)
@@ -245,20 +225,6 @@ def _with_clock(locks: Any, clock: Clock) -> Any:
     """``locks`` with the flows' clock replaced (the backoff sleep, here)."""
     locks._clock = clock
     return locks
-
-
-@pytest.fixture
-def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
-    """How many change streams the flavour's watchers run now."""
-    from docmultilock._wakeup import WATCHERS, AsyncWatchers
-
-    if flavour == "sync":
-        return WATCHERS.open_streams
-
-    async def count() -> int:
-        return AsyncWatchers.current().open_streams()
-
-    return lambda: twins.portal.call(count())
 
 
 # -- configuration -------------------------------------------------------------------------

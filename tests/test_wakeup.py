@@ -24,37 +24,12 @@ from docmultilock import (
     WriteLock,
 )
 from docmultilock._changes import Blockers, Interest, Interests, stream_pipeline
-from docmultilock._flows import Clock
 from docmultilock._rules import READ_WRITE, build_rules
-from docmultilock._wakeup import WATCHERS, AsyncWatchers
+from docmultilock._wakeup import WATCHERS
 from tests.flavours import MakeLock, Twins
-from tests.helpers import stored_lock, wait_until
+from tests.helpers import NO_SLEEP, stored_lock, wait_until
 
 Doc = dict[str, Any]
-
-
-def _never(seconds: float) -> None:
-    raise AssertionError(f"slept {seconds} s: the backoff was reached")
-
-
-async def _anever(seconds: float) -> None:
-    _never(seconds)
-
-
-#: A clock whose backoff sleep fails the test: a waiter must be woken before reaching it.
-NO_SLEEP = Clock(sleep=_never, asleep=_anever)
-
-
-@pytest.fixture
-def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
-    """How many change streams the flavour's watchers run now."""
-    if flavour == "sync":
-        return WATCHERS.open_streams
-
-    async def count() -> int:
-        return AsyncWatchers.current().open_streams()
-
-    return lambda: twins.portal.call(count())
 
 
 class Waiter:
