@@ -8,7 +8,6 @@ for ``audit`` to drain (so an export can be pending), ``audit`` excludes itself.
 from __future__ import annotations
 
 import pickle
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -28,7 +27,7 @@ from docmultilock import (
 )
 from docmultilock._flows import Clock
 from tests.flavours import MakeLock
-from tests.helpers import NO_SLEEP, USER_FIELDS, Doc, wait_until
+from tests.helpers import NO_SLEEP, USER_FIELDS, Doc, Waiter, wait_until
 
 TABLE = {
     "view": {},
@@ -95,31 +94,6 @@ def limited(make: Callable[..., Keyed]) -> Keyed:
     return make()
 
 
-class Waiter:
-    """``hold(wait=...)`` on a thread; records what it was granted and what it raised."""
-
-    def __init__(self, keyed: Keyed, tag: str, **kwargs: Any) -> None:
-        self.granted: Lock | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(keyed, tag, kwargs), daemon=True)
-        self.thread.start()
-
-    def _run(self, keyed: Keyed, tag: str, kwargs: dict[str, Any]) -> None:
-        try:
-            with keyed.locks.hold(keyed.key, tag=tag, **kwargs) as held:
-                self.granted = held.lock
-        except BaseException as exc:  # reported by join()
-            self.error = exc
-
-    def join(self) -> Lock:
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        if self.error is not None:
-            raise self.error
-        assert self.granted is not None
-        return self.granted
-
-
 # -- the server grants at most N ------------------------------------------------------------
 
 
@@ -182,43 +156,37 @@ def test_a_pending_acquisition_whose_grant_would_exceed_the_limit_is_refused_and
 # -- waiting for a slot ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("tag", "options"),
+    [("export", {}), ("view", {"max_holders": 2})],
+    ids=["lock_limits", "max_holders"],
+)
 def test_hold_waits_for_a_slot_and_is_woken_by_a_release(
-    limited: Keyed, open_streams: Callable[[], int]
+    make: Callable[..., Keyed], open_streams: Callable[[], int], tag: str, options: Doc
 ) -> None:
-    first = limited.take("export")
-    limited.take("export")
-    waiting = Keyed(_with_clock(limited.locks, NO_SLEEP), limited.key, limited.document)
-    waiter = Waiter(waiting, "export", wait=60.0, backoff=(20.0, 20.0))
+    full = make(**options)  # two granted: the limit of ``export``, or every place
+    first = full.take(tag)
+    full.take(tag)
+    waiting = _with_clock(full.locks, NO_SLEEP)
+    waiter = Waiter(waiting, full.key, tag=tag, wait=60.0, backoff=(20.0, 20.0))
     wait_until(lambda: open_streams() == 1)
     time.sleep(0.3)  # refused, then waiting on its stream
     assert waiter.granted is None
-    limited.locks.release(limited.key, first)
-    assert waiter.join().tag == "export"
+    full.locks.release(full.key, first)
+    waiter.join()  # woken: its backoff sleep would have failed the test
+    assert waiter.lock.tag == tag
 
 
 @pytest.mark.parametrize("how", [{"wake": "poll"}, {"fair": True}], ids=["poll", "fair"])
 def test_hold_polling_or_in_a_fair_line_waits_for_a_slot(limited: Keyed, how: Doc) -> None:
     first = limited.take("export")
     limited.take("export")
-    waiter = Waiter(limited, "export", wait=60.0, backoff=(0.05, 0.1), **how)
+    waiter = Waiter(limited.locks, limited.key, tag="export", wait=60.0, backoff=(0.05, 0.1), **how)
     time.sleep(0.3)
     assert waiter.granted is None
     limited.locks.release(limited.key, first)
-    assert waiter.join().tag == "export"
-
-
-def test_a_waiter_refused_by_max_holders_is_woken_by_a_release(
-    make: Callable[..., Keyed], open_streams: Callable[[], int]
-) -> None:
-    capped = make(max_holders=2)
-    first = capped.take("view")
-    capped.take("view")
-    waiting = Keyed(_with_clock(capped.locks, NO_SLEEP), capped.key, capped.document)
-    waiter = Waiter(waiting, "view", wait=60.0, backoff=(20.0, 20.0))
-    wait_until(lambda: open_streams() == 1)
-    time.sleep(0.3)  # refused, then waiting on its stream
-    capped.locks.release(capped.key, first)
-    assert waiter.join().tag == "view"
+    waiter.join()
+    assert waiter.lock.tag == "export"
 
 
 def _with_clock(locks: Any, clock: Clock) -> Any:

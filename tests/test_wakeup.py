@@ -27,35 +27,9 @@ from docmultilock._changes import Blockers, Interest, Interests, stream_pipeline
 from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock._wakeup import WATCHERS
 from tests.flavours import MakeLock, Twins
-from tests.helpers import NO_SLEEP, stored_lock, wait_until
+from tests.helpers import NO_SLEEP, Waiter, stored_lock, wait_until
 
 Doc = dict[str, Any]
-
-
-class Waiter:
-    """``hold(wait=...)`` on a thread; records when it was granted and what it raised."""
-
-    def __init__(self, locks: Any, key: Any, hold_for: float = 0.0, **kwargs: Any) -> None:
-        self.granted: float | None = None
-        self.error: BaseException | None = None
-        self._args = (locks, key, hold_for, kwargs)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        locks, key, hold_for, kwargs = self._args
-        try:
-            with locks.hold(key, **kwargs):
-                self.granted = time.monotonic()
-                time.sleep(hold_for)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def join(self) -> None:
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.fixture
