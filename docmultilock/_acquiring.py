@@ -3,7 +3,8 @@
 :func:`acquire_body` is the update pipeline body of a fresh acquisition, of a continued
 pending one, and of a fair one (a place in line). It reads the tag table (``_rules``): a
 tag's *cooperative* tags refuse it while held or pending; its *assertive* tags make it
-register as pending and wait for them to drain. Every decision compares expiry with the
+register as pending and wait for them to drain; its limit (``lock_limits``) refuses it
+while that many entries of it are granted. Every decision compares expiry with the
 server's ``$$now``; ``_plans.AcquirePlan`` reads the reply in the same order.
 """
 
@@ -14,7 +15,7 @@ from docmultilock._layout import LAYOUT_VERSION, STORED_OR_NULL, any_of, first, 
 from docmultilock._pipeline import entry, is_ours, latest, next_fence, renew, state, unexpired
 from docmultilock._rules import TagRules
 
-__all__ = ["acquire_body", "capped", "decision", "lone"]
+__all__ = ["acquire_body", "capped", "decision", "granted_of", "lone"]
 
 
 def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
@@ -32,6 +33,27 @@ def capped(rules: TagRules, tag: str) -> bool:
     before the cap could matter: its pipeline leaves the cap out.
     """
     return rules.cooperative[tag] != rules.tags
+
+
+def granted_of(entries: Expr, tag: str) -> Expr:
+    """How many of ``entries`` are granted entries of ``tag`` (pending ones never count)."""
+    of_tag = {"$and": [{"$eq": ["$$h.tag", literal(tag)]}, {"$eq": ["$$h.pending", False]}]}
+    return {"$size": {"$filter": {"input": entries, "as": "h", "cond": of_tag}}}
+
+
+def _at_limit(rules: TagRules, tag: str) -> Expr | None:
+    """True when ``tag``'s limit is reached by the live granted entries; ``None``: no limit.
+
+    One clause of every acquisition's decision (fresh, continued, fair), read from
+    ``$$live``: whatever the decision leaves out of ``$$live`` (a converting entry, say)
+    is not counted. A limit is a refusal, like the holder cap: the limit is only ever
+    reached by granted entries, which a pending entry cannot make drain, so a pending
+    entry waiting on it would only hold back the tags it refuses.
+    """
+    limit = rules.limit(tag)
+    if limit is None:
+        return None
+    return {"$gte": [granted_of("$$live", tag), limit]}
 
 
 def _grant(holders: Expr, clock: bool) -> Expr:
@@ -60,6 +82,11 @@ def _fresh_decision(rules: TagRules, tag: str, *, clock: bool, max_holders: int)
         # A new entry beyond ``max_holders`` is refused, recording nothing: the field (and
         # the user's document with it) must not grow until it hits MongoDB's 16 MiB limit.
         unchanged.append({"$gte": [{"$size": "$$live"}, max_holders]})
+    at_limit = _at_limit(rules, tag)
+    if at_limit is not None:
+        # As many granted entries of the tag as its limit allows: refuse, recording nothing
+        # (before the assertive wait: a pending entry would not make a slot free).
+        unchanged.append(at_limit)
     branches: list[tuple[Expr, Expr]] = []
     if unchanged:
         branches.append((any_of(unchanged), {"h": "$$live", "f": "$$fence0"}))
@@ -148,6 +175,12 @@ def _continued_decision(
     full = {"$and": [{"$not": ["$$has_mine"]}, {"$gte": [{"$size": "$$live"}, max_holders]}]}
     # Already held (a continued lock that was granted meanwhile): unchanged.
     branches: list[tuple[Expr, Expr]] = [("$$held", unchanged)]
+    at_limit = _at_limit(rules, tag)
+    if at_limit is not None:
+        # The tag's limit is reached: refuse, dropping our pending entry if we had one (in
+        # a fair line too: a place in line would hold back the tags that wait behind it
+        # for a slot only a release frees). The reader checks this first, as here.
+        branches.append((at_limit, {"h": others, "f": "$$fence0"}))
     if rules.cooperative[tag] and not fair:
         # A cooperative tag is held, or pending ahead of us: refuse, dropping our pending
         # entry if we had one. Not one pending behind us: it queued after us (a fair

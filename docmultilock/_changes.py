@@ -11,7 +11,9 @@ bytes. A waiter is woken when an event shows a place may have opened:
 
 * the document was deleted (a named lock's last release), or no entry is left that keeps
   the waiter out (:class:`Blockers`: a granted entry of a tag its own refuses or waits
-  for, a pending one of a tag that refuses it): a release, or a refused attempt that
+  for, a pending one of a tag that refuses it), and no limit keeps it out (as many granted
+  entries of its tag as ``lock_limits`` allows, or ``max_holders`` entries in all for a
+  waiter without an entry of its own): a release, or a refused attempt that
   pruned an expired holder (a lone tag's refusal records nothing, so it wakes nobody); a
   reader refused by a pending writer is woken when the writer gives up, though other
   readers still hold;
@@ -71,16 +73,28 @@ class Blockers(NamedTuple):
     a ``pending`` tag. For a waiter of tag ``t`` (:meth:`of_tag`): granted entries of the
     tags ``t`` is cooperative or assertive with (they refuse it, or it waits for them to
     drain), and pending ones of the tags it is cooperative with (they refuse it too).
+    Limits keep it out by number: ``limit`` granted entries of ``t`` (its ``lock_limits``),
+    or ``most`` entries in all (``max_holders``, which a waiter with a pending entry,
+    already counted, is never refused by).
     """
 
     granted: frozenset[str] | None = None
     pending: frozenset[str] = frozenset()
+    #: ``(tag, n)``: ``n`` granted entries of ``tag`` keep the waiter out.
+    limit: tuple[str, int] | None = None
+    #: This many entries keep a waiter without an entry of its own out.
+    most: int | None = None
 
     @staticmethod
-    def of_tag(rules: TagRules, tag: str) -> Blockers:
-        """What keeps a waiter of ``tag`` out, as the table says (``TagRules.in_the_way``)."""
+    def of_tag(rules: TagRules, tag: str, max_holders: int | None = None) -> Blockers:
+        """What keeps a waiter of ``tag`` out, as the table says (``TagRules.in_the_way``).
+
+        ``max_holders`` is the manager's, when the server's cap can refuse ``tag``
+        (``_acquiring.capped``).
+        """
         granted, pending = rules.in_the_way(tag)
-        return Blockers(granted, pending)
+        limit = rules.limit(tag)
+        return Blockers(granted, pending, None if limit is None else (tag, limit), max_holders)
 
 
 #: Any granted entry keeps the waiter out (what a waiter that says no more is told).
@@ -264,7 +278,9 @@ def _keeps_out(seen: _Seen, interest: Interest) -> bool:
     never are, as the server decides (``_acquiring``).
     """
     entries = seen or ()
-    granted_tags, pending_tags = interest.blockers
+    granted_tags, pending_tags, limit, most = interest.blockers
+    if _full(entries, interest, limit, most):
+        return True
     in_line = interest.fair and any(entry[0] == interest.entry for entry in entries)
     ahead = True
     for entry_id, pending, tag in entries:
@@ -281,3 +297,23 @@ def _keeps_out(seen: _Seen, interest: Interest) -> bool:
         elif not interest.fair and tag in pending_tags:
             return True
     return False
+
+
+def _full(
+    entries: tuple[tuple[Any, Any, Any], ...],
+    interest: Interest,
+    limit: tuple[str, int] | None,
+    most: int | None,
+) -> bool:
+    """True when a limit keeps ``interest`` out, as the server counts (``_acquiring``).
+
+    Its tag's granted entries against its limit; every entry against ``max_holders``,
+    unless the waiter's own pending entry is among them (the server continues one that is
+    already counted).
+    """
+    if most is not None and interest.entry is None and len(entries) >= most:
+        return True
+    if limit is None:
+        return False
+    tag, n = limit
+    return sum(1 for _, pending, of in entries if of == tag and pending is False) >= n

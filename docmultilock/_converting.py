@@ -40,8 +40,11 @@ def is_downgrade(rules: TagRules, old: str, new: str) -> bool:
     """True when ``new`` refuses or waits for no tag that ``old`` does not (a tag to itself too).
 
     Such a conversion meets nothing the held lock did not already stand beside, so it is
-    granted at once; any other is decided as an acquisition of ``new``.
+    granted at once; any other is decided as an acquisition of ``new``, and so is one to
+    another tag that has a limit (``lock_limits``): it takes a place under that limit.
     """
+    if new != old and rules.limit(new) is not None:
+        return False  # a place under ``new``'s limit is an acquisition's to decide
     return rules.in_the_way(new)[0] <= rules.in_the_way(old)[0]
 
 

@@ -152,7 +152,7 @@ class LockCore:
         command = Command(
             filter=dict(target),
             update=update_stages(self.field, body, bindings),
-            projection=self.shape.of_entry(lock_id, with_tags=listed),
+            projection=self.shape.of_entry(lock_id, with_tags=listed, counted=tag),
             return_after=True,
             # A pending lock is continued only on its existing document.
             upsert=self.home.on_demand and continuing is None,
@@ -281,7 +281,7 @@ class LockCore:
         command = Command(
             filter=dict(target),
             update=update_stages(self.field, body, {"id": literal(lock.id), **bindings}),
-            projection=self.shape.of_conversion(lock.id),
+            projection=self.shape.of_conversion(lock.id, tag),
             return_after=True,
             user_filter=user_filter,
         )

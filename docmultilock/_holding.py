@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from docmultilock._acquiring import capped
 from docmultilock._calls import Call
 from docmultilock._changes import Blockers
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
@@ -243,12 +244,11 @@ def wait_flow(
             if wake and watch is None:
                 document_id = _document_of(pending, last)
                 if document_id is not None:
-                    rules = ops.options.rules
                     watch = yield Watch(
                         document_id,
                         ops.core.field,
                         _exclusive(ops, spec.tag),
-                        Blockers.of_tag(rules, spec.tag),
+                        _blockers(ops, spec.tag),
                         entry,
                         spec.fair,
                     )
@@ -287,6 +287,13 @@ def _document_of(pending: Lock | None, refusal: LockConflict) -> Any:
     if pending is not None:
         return pending.document_id
     return getattr(refusal, "document_id", None)
+
+
+def _blockers(ops: LockOperations, tag: str) -> Blockers:
+    """What keeps a waiter of ``tag`` out: the table's tags, its limit, the holder cap."""
+    options = ops.options
+    most = options.max_holders if capped(options.rules, tag) else None
+    return Blockers.of_tag(options.rules, tag, most)
 
 
 def _exclusive(ops: LockOperations, tag: str) -> bool:

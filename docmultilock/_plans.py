@@ -161,7 +161,7 @@ class AcquirePlan(NamedTuple):
         # way otherwise, exactly as the projection would have.
         if reply is None:
             judge.missing(self.user_filter, self.continuing, "continue")
-        state = judge.shape.read(reply, self.lock_id)
+        state = judge.shape.read(reply, self.lock_id, self.tag)
         tags = state.tags if self.listed else frozenset((self.tag,))
         if state.mine is not None and state.mine.get("tag") != self.tag:
             # Only a continued lock can meet its id under another tag: one a client edited.
@@ -182,6 +182,18 @@ class AcquirePlan(NamedTuple):
                 lock=lock,
                 blocking_tags=waiting,
             )
+        limit = judge.rules.limit(self.tag)
+        if limit is not None and state.granted is not None and state.granted >= limit:
+            # The pipeline's first refusal (``_acquiring._at_limit``).
+            raise TooManyHolders(
+                f"cannot lock {self.tag!r} on {judge.home.noun} {state.document_id!r}: it "
+                f"already has {state.granted} granted {self.tag!r} locks, and lock_limits "
+                f"allows {limit} at once",
+                filter=self.user_filter,
+                limit=limit,
+                tag=self.tag,
+                document_id=state.document_id,
+            )
         blocking = tuple(sorted(tags & judge.rules.cooperative[self.tag]))
         if blocking:
             raise judge.verdicts.refused(
@@ -199,6 +211,7 @@ class AcquirePlan(NamedTuple):
                 f"has {judge.max_holders} holders and pending locks, the most it takes",
                 filter=self.user_filter,
                 limit=judge.max_holders,
+                document_id=state.document_id,
             )
         raise DbError(  # pragma: no cover - the pipeline always records a fresh acquisition
             f"the server answered an acquisition on {judge.home.noun} {state.document_id!r} "
@@ -268,7 +281,7 @@ class ConvertPlan(NamedTuple):
         # image holds our entries as the projection would have.
         if reply is None:
             judge.missing(self.user_filter, given, "convert")
-        found = judge.shape.read_conversion(reply, given.id)
+        found = judge.shape.read_conversion(reply, given.id, self.tag)
         new = next((e for e in found.mine if e.get("tag") == self.tag), None)
         if new is not None and new.get("pending") is False:
             # Converted by this call (or by its applied first attempt): a grant, so a fence
@@ -294,6 +307,19 @@ class ConvertPlan(NamedTuple):
                 filter=self.user_filter,
                 lock=lock,
                 blocking_tags=waiting,
+            )
+        limit = judge.rules.limit(self.tag)
+        if limit is not None and found.granted is not None and found.granted >= limit:
+            # The decision's first refusal (``_acquiring._at_limit``); the lock is kept.
+            raise TooManyHolders(
+                f"cannot convert lock {given.id} to {self.tag!r} on {judge.home.noun} "
+                f"{found.document_id!r}: it already has {found.granted} granted {self.tag!r} "
+                f"locks, and lock_limits allows {limit} at once; the {held[0]['tag']!r} lock "
+                "is still held",
+                filter=self.user_filter,
+                limit=limit,
+                tag=self.tag,
+                document_id=found.document_id,
             )
         blocking = tuple(sorted(found.tags & judge.rules.cooperative[self.tag]))
         if blocking or not capped(judge.rules, self.tag):

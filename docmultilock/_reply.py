@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from docmultilock._acquiring import granted_of
 from docmultilock._command import encoded
 from docmultilock._expr import Expr, each, literal
 from docmultilock._layout import is_entry, ours
@@ -80,6 +81,8 @@ class Reply(NamedTuple):
     document_id: Any
     mine: Mapping[str, Any] | None
     tags: frozenset[str]
+    #: How many granted entries of the acquired tag are stored, when its limit asked.
+    granted: int | None = None
 
 
 class Conversion(NamedTuple):
@@ -88,6 +91,8 @@ class Conversion(NamedTuple):
     document_id: Any
     mine: list[Mapping[str, Any]]
     tags: frozenset[str]
+    #: How many granted entries of the new tag are stored, when its limit asked.
+    granted: int | None = None
 
 
 class ReplyShape:
@@ -122,6 +127,13 @@ class ReplyShape:
             with_tags: encoded({"$let": {"vars": {"e": entry}, "in": found}})
             for with_tags, found in ((False, untagged), (True, tagged))
         }
+        # A tag with a limit (``lock_limits``): an acquisition's reply also counts its granted
+        # entries, so that a refusal at the limit is told from the others in the same reply.
+        self._granted = {
+            tag: encoded(granted_of(self.holders, tag))
+            for tag in rules.tags
+            if rules.limit(tag) is not None
+        }
 
     # -- projections ------------------------------------------------------------------
 
@@ -134,31 +146,43 @@ class ReplyShape:
         """
         return {**self._head, **extra}
 
-    def of_entry(self, lock_id: str, *, with_tags: bool) -> dict[str, Any]:
-        """What acquire, release and extend read: the id, entry ``lock_id``, maybe the tags."""
+    def of_entry(
+        self, lock_id: str, *, with_tags: bool, counted: str | None = None
+    ) -> dict[str, Any]:
+        """What acquire, release and extend read: the id, entry ``lock_id``, maybe the tags.
+
+        With ``counted`` (an acquired tag), also the number of its granted entries, when
+        the tag has a limit.
+        """
+        head = HEAD
+        if counted is not None and counted in self._granted:
+            head = {**HEAD, "g": self._granted[counted]}
         if self._shared:
             index = {"$indexOfArray": [self._ids, literal(lock_id)]}
-            return {**HEAD, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
+            return {**head, "r": {"$let": {"vars": {"i": index}, "in": self._found[with_tags]}}}
         mine = {"$filter": {"input": self._stored, "cond": is_entry(lock_id)}}
         if with_tags:
-            return {**HEAD, "mine": mine, "tags": self._tags}
-        return {**HEAD, "mine": mine}
+            return {**head, "mine": mine, "tags": self._tags}
+        return {**head, "mine": mine}
 
-    def of_conversion(self, lock_id: str) -> dict[str, Any]:
-        """What a conversion reads: every entry of ``lock_id``, and the others' tags.
+    def of_conversion(self, lock_id: str, tag: str) -> dict[str, Any]:
+        """What a conversion to ``tag`` reads: every entry of ``lock_id``, the others' tags.
 
         Every entry: a granted one and a pending upgrade share an id (``_converting``).
+        When ``tag`` has a limit, also the number of its granted entries, as an
+        acquisition's reply has it.
         """
         others = {"$filter": {"input": self._stored, "cond": {"$not": [is_entry(lock_id)]}}}
+        head = HEAD if tag not in self._granted else {**HEAD, "g": self._granted[tag]}
         return {
-            **HEAD,
+            **head,
             "mine": {"$filter": {"input": self._stored, "cond": is_entry(lock_id)}},
             "tags": {"$setUnion": [each(others, "tag")]},
         }
 
     # -- reading ----------------------------------------------------------------------
 
-    def read_conversion(self, reply: Mapping[str, Any], lock_id: str) -> Conversion:
+    def read_conversion(self, reply: Mapping[str, Any], lock_id: str, tag: str) -> Conversion:
         """What a reply of :meth:`of_conversion`'s projection, or a stored image, says."""
         if is_image(reply):
             stored = entries(reply, self.field)
@@ -166,19 +190,29 @@ class ReplyShape:
             tags = frozenset(
                 e["tag"] for e in stored if e.get("id") != lock_id and isinstance(e.get("tag"), str)
             )
-            return Conversion(reply["_id"], mine, tags)
+            granted = None
+            if tag in self._granted:  # a write prunes what expired: the stored ones are live
+                granted = sum(
+                    1 for e in stored if e.get("tag") == tag and e.get("pending") is False
+                )
+            return Conversion(reply["_id"], mine, tags, granted)
         return Conversion(
-            reply[DOCUMENT_ID], list(reply.get("mine") or ()), frozenset(reply.get("tags") or ())
+            reply[DOCUMENT_ID],
+            list(reply.get("mine") or ()),
+            frozenset(reply.get("tags") or ()),
+            reply.get("g"),
         )
 
-    def read(self, reply: Mapping[str, Any], lock_id: str | None) -> Reply:
+    def read(
+        self, reply: Mapping[str, Any], lock_id: str | None, counted: str | None = None
+    ) -> Reply:
         """What a reply to acquire, release or extend of entry ``lock_id`` says.
 
         A stored image is read from the lock field itself, as the projection would have
         been computed from it. An image answers only a command that was applied, and these
         commands are applied only to a field that is ours (a foreign one fails them), so
         its entries are ours to read. The tags are listed whether or not a reader needs
-        them.
+        them, and the granted entries of ``counted`` counted when its limit asked.
         """
         if is_image(reply):
             stored = entries(reply, self.field)
@@ -186,15 +220,20 @@ class ReplyShape:
             if lock_id is not None:
                 mine = next((entry for entry in stored if entry.get("id") == lock_id), None)
             tags = frozenset(e["tag"] for e in stored if isinstance(e.get("tag"), str))
-            return Reply(reply["_id"], mine, tags)
+            granted = None
+            if counted is not None and counted in self._granted:
+                granted = _granted_in(stored, counted)
+            return Reply(reply["_id"], mine, tags, granted)
         found = reply.get("r")
         if found is not None:  # our entry found by its index (a table that shares)
-            return Reply(reply[DOCUMENT_ID], found.get("e"), frozenset(found.get("t") or ()))
+            tags = frozenset(found.get("t") or ())
+            return Reply(reply[DOCUMENT_ID], found.get("e"), tags, reply.get("g"))
         mine_list = reply.get("mine")
         return Reply(
             reply[DOCUMENT_ID],
             mine_list[0] if mine_list else None,
             frozenset(reply.get("tags") or ()),
+            reply.get("g"),
         )
 
     @staticmethod
@@ -206,3 +245,8 @@ class ReplyShape:
         changes nothing is not answered from the oplog), so an image is never foreign.
         """
         return not is_image(reply) and not reply.get("ours")
+
+
+def _granted_in(stored: Sequence[Mapping[str, Any]], tag: str) -> int:
+    """The granted entries of ``tag`` in a stored image (a write prunes what expired)."""
+    return sum(1 for e in stored if e.get("tag") == tag and e.get("pending") is False)

@@ -2,7 +2,8 @@
 
 A acquiring with A *cooperative* with B is refused while any live B entry (held or pending)
 is on the document. A *assertive* with B registers A as pending while live B entries remain,
-and the caller waits for them to drain. Tags with no relationship are concurrent.
+and the caller waits for them to drain. Tags with no relationship are concurrent. A tag's
+limit (``lock_limits``) refuses it while that many entries of it are granted.
 
 The table is validated once here; the server-side decision (``_acquiring``), the reader of
 its answer (``_plans``) and the wake-up decision (``_changes``) take their tag sets from a
@@ -12,7 +13,7 @@ its answer (``_plans``) and the wake-up decision (``_changes``) take their tag s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["READ_WRITE", "WRITE_ONLY", "TagRules", "check_relationships"]
 
@@ -29,16 +30,30 @@ WRITE_ONLY: Mapping[str, Mapping[str, Sequence[str]]] = {"write": {"cooperative"
 
 @dataclass(frozen=True, slots=True)
 class TagRules:
-    """A validated relationship table plus each tag's lock lifetime in milliseconds."""
+    """A validated relationship table, each tag's lock lifetime in milliseconds, its limits."""
 
     cooperative: Mapping[str, frozenset[str]]
     assertive: Mapping[str, frozenset[str]]
     lifetime_ms: Mapping[str, int]
+    #: ``lock_limits``: the most granted entries of a tag at once on one document or name.
+    limits: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def tags(self) -> frozenset[str]:
         """Every declared tag."""
         return frozenset(self.lifetime_ms)
+
+    def limit(self, tag: str) -> int | None:
+        """The most granted entries of ``tag`` at once, when a limit can ever refuse it.
+
+        ``None`` when ``tag`` has no limit, or refuses itself: then one granted entry of it
+        already refuses the next, whatever its limit (at least 1) says. The server's
+        decision (``_acquiring``), the reader of its reply (``_plans``) and the wake-up
+        decision (``_changes``) all read this one value.
+        """
+        if tag in self.cooperative[tag]:
+            return None
+        return self.limits.get(tag)
 
     def in_the_way(self, tag: str) -> tuple[frozenset[str], frozenset[str]]:
         """``(granted, pending)``: the tags whose entries keep a new ``tag`` from progress.
@@ -108,8 +123,9 @@ def build_rules(
     relationships: Mapping[str, Mapping[str, Iterable[str]]],
     lifetimes_ms: Mapping[str, int],
     default_lifetime_ms: int,
+    limits: Mapping[str, int] | None = None,
 ) -> TagRules:
-    """Freeze an already checked table; every declared tag gets a lifetime."""
+    """Freeze an already checked table; every declared tag gets a lifetime, some a limit."""
     tags = set(relationships) | set(lifetimes_ms)
     return TagRules(
         cooperative={
@@ -119,4 +135,5 @@ def build_rules(
             t: frozenset(relationships.get(t, {}).get("assertive", ())) for t in sorted(tags)
         },
         lifetime_ms={t: lifetimes_ms.get(t, default_lifetime_ms) for t in sorted(tags)},
+        limits=dict(sorted((limits or {}).items())),
     )

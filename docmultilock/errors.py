@@ -7,7 +7,7 @@ The tree, with ``status_code`` and the builtin each error also is::
     ├── LockConflict               409  the lock cannot be had or kept now
     │   ├── CooperativeLock        409  refused: a cooperative tag is held (.blocking_tags)
     │   │   ├── LockAlreadyTaken   409  the WriteLock case
-    │   │   └── TooManyHolders     409  refused: the lock field holds max_holders entries
+    │   │   └── TooManyHolders     409  refused: max_holders entries, or a tag's lock_limits
     │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
     │   ├── LockNotFound           409  the lock is no longer there (released, expired, broken)
     │   │   └── LockWasReacquired  409  the WriteLock case
@@ -170,9 +170,11 @@ class LockAlreadyTaken(CooperativeLock):
 
 
 class TooManyHolders(CooperativeLock):
-    """Acquisition refused: the lock field already holds ``limit`` live entries.
+    """Acquisition refused: a limit on the number of holders is reached.
 
-    Nothing was recorded; a place frees up as holders release or expire, so
+    Either the lock field already holds ``limit`` live entries (``max_holders``; ``tag`` is
+    ``None``), or ``limit`` granted entries of ``tag``, the limit ``lock_limits`` sets for
+    it. Nothing was recorded; a place frees up as holders release or expire, so
     ``hold(wait=...)`` waits for one like for any refusal. ``blocking_tags`` is empty.
     """
 
@@ -184,12 +186,16 @@ class TooManyHolders(CooperativeLock):
         *,
         filter: Mapping[str, Any] | None = None,  # noqa: A002
         limit: int = 0,
+        tag: str | None = None,
+        document_id: Any = None,
     ) -> None:
-        super().__init__(message, filter=filter)
+        super().__init__(message, filter=filter, document_id=document_id)
         self.limit = limit
+        #: The tag whose ``lock_limits`` entry refused; ``None`` for ``max_holders``.
+        self.tag = tag
 
     def _extra(self) -> dict[str, Any]:
-        return {**super()._extra(), "limit": self.limit}
+        return {**super()._extra(), "limit": self.limit, "tag": self.tag}
 
 
 class AssertiveLock(LockConflict):

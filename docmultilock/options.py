@@ -164,6 +164,13 @@ class _OptionsSchema(marshmallow.Schema):
     lock_relationships = fields.Dict(
         keys=_tag_field(), values=fields.Nested(_RelationshipSchema), required=True
     )
+    # A positive whole number: ``strict`` refuses 2.0 and "3", and marshmallow's Integer
+    # refuses a bool, which Python would otherwise take for 1 or 0.
+    lock_limits = fields.Dict(
+        keys=_tag_field(),
+        values=fields.Integer(strict=True, validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT)),
+        load_default=dict,
+    )
     lock_timeout = _Parsed(lambda v: parse_lifetime_ms(v, "lock_timeout"), required=True)
     timeout = _Parsed(lambda v: parse_duration(v, "timeout"), allow_none=True, required=True)
     w = _Parsed(parse_write_concern, required=True)
@@ -194,8 +201,20 @@ class _OptionsSchema(marshmallow.Schema):
         problems = check_relationships(tags, relationships)
         if not tags:
             problems.append("at least one tag must be declared")
+        errors: dict[str, list[str]] = {}
         if problems:
-            raise marshmallow.ValidationError(problems, "lock_relationships")
+            errors["lock_relationships"] = problems
+        # A limit only for a declared tag: a misspelt one would otherwise limit nothing.
+        raw_limits = original.get("lock_limits")
+        limited = raw_limits if isinstance(raw_limits, Mapping) else {}
+        undeclared = [
+            f"limits undeclared tag {tag!r}"
+            for tag in sorted(t for t in limited if isinstance(t, str) and t not in tags)
+        ]
+        if undeclared:
+            errors["lock_limits"] = undeclared
+        if errors:
+            raise marshmallow.ValidationError(errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +228,11 @@ class LockOptions:
     error_factory: ErrorFactory | None
     max_holders: int = DEFAULT_MAX_HOLDERS
 
+    @property
+    def limits(self) -> Mapping[str, int]:
+        """``lock_limits``: the most granted entries of a tag at once (kept in the table)."""
+        return self.rules.limits
+
 
 def load_options(
     table: Mapping[str, Mapping[str, Sequence[str]]] | None = None, **raw: Any
@@ -216,12 +240,13 @@ def load_options(
     """Validate constructor options; raise :class:`InvalidConfiguration` naming every problem.
 
     ``table`` is the manager's own relationship table, taken when ``lock_relationships`` is
-    ``None``; ``lock_timeouts`` of ``None`` sets none.
+    ``None``; ``lock_timeouts`` and ``lock_limits`` of ``None`` set none.
     """
     if raw.get("lock_relationships") is None and table is not None:
         raw["lock_relationships"] = table
-    if raw.get("lock_timeouts", {}) is None:
-        raw["lock_timeouts"] = {}
+    for optional in ("lock_timeouts", "lock_limits"):
+        if raw.get(optional, {}) is None:
+            raw[optional] = {}
     try:
         data = _OptionsSchema().load(raw)
     except marshmallow.ValidationError as exc:
@@ -229,7 +254,12 @@ def load_options(
         problems = messages if isinstance(messages, Mapping) else {"options": messages}
         raise InvalidConfiguration(problems) from None
     return LockOptions(
-        rules=build_rules(data["lock_relationships"], data["lock_timeouts"], data["lock_timeout"]),
+        rules=build_rules(
+            data["lock_relationships"],
+            data["lock_timeouts"],
+            data["lock_timeout"],
+            data["lock_limits"],
+        ),
         timeout=data["timeout"],
         w=data["w"],
         field=data["field"],

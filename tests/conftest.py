@@ -15,6 +15,7 @@ from pymongo import MongoClient, uri_parser
 from pymongo.collection import Collection
 
 from docmultilock import MultiLock, WriteLock
+from docmultilock._wakeup import WATCHERS, AsyncWatchers
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import MakeLock, Portal, Twins, flavoured
 from tests.helpers import USER_FIELDS, CommandLog, Doc, Proxied
@@ -55,6 +56,18 @@ def twins(portal: Portal) -> Iterator[Twins]:
 def make_lock(flavour: str, twins: Twins) -> MakeLock:
     """``make_lock(cls, collection, **options)``: ``cls`` in the test's flavour."""
     return functools.partial(flavoured, flavour, twins)
+
+
+@pytest.fixture
+def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
+    """How many change streams the flavour's watchers run now."""
+    if flavour == "sync":
+        return WATCHERS.open_streams
+
+    async def count() -> int:
+        return AsyncWatchers.current().open_streams()
+
+    return lambda: twins.portal.call(count())
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -13,12 +14,53 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 
+from docmultilock._flows import Clock
 from tests.proxy import ReplyCutter
 
 Doc = dict[str, Any]
 
+
+def _never(seconds: float) -> None:
+    raise AssertionError(f"slept {seconds} s: the backoff was reached")
+
+
+async def _anever(seconds: float) -> None:
+    _never(seconds)
+
+
+#: A clock whose backoff sleep fails the test: a waiter must be woken before reaching it
+#: (give it to a manager as ``locks._clock``).
+NO_SLEEP = Clock(sleep=_never, asleep=_anever)
+
 #: The user's own data in the locked test document; no operation may change it.
 USER_FIELDS: Doc = {"name": "original", "items": [{"sku": "a", "qty": 1}], "total": 10}
+
+
+class Waiter:
+    """``hold(wait=...)`` on a thread; records when it was granted, the lock, what it raised."""
+
+    def __init__(self, locks: Any, key: Any, hold_for: float = 0.0, **kwargs: Any) -> None:
+        self.granted: float | None = None
+        self.lock: Any = None  # the Lock held, once granted
+        self.error: BaseException | None = None
+        self._args = (locks, key, hold_for, kwargs)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        locks, key, hold_for, kwargs = self._args
+        try:
+            with locks.hold(key, **kwargs) as held:
+                self.granted, self.lock = time.monotonic(), held.lock
+                time.sleep(hold_for)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        if self.error is not None:
+            raise self.error
 
 
 def user_fields(collection: Collection[Doc], _id: Any = 1) -> Doc:

@@ -29,6 +29,7 @@ from docmultilock import (
     Lock,
     MultiLock,
     NamedLocks,
+    TooManyHolders,
     WriteLock,
 )
 from tests.flavours import MakeLock
@@ -46,6 +47,7 @@ LOOKALIKE: Doc = {
     "t": "string",
     "v": 9,
     "e": None,
+    "g": 99,
     "broken": {"token": "x", "removed": []},
 }
 
@@ -182,6 +184,18 @@ def test_a_retried_refused_acquire_names_the_tags_in_the_way(
         locks.acquire(record, tag="read")
     assert refused.value.blocking_tags == ("write",)
     assert [h["id"] for h in stored_lock(collection)["holders"]] == [writer.id]
+
+
+def test_a_retried_acquire_refused_at_its_tags_limit_names_the_tag_and_limit(
+    through: Make, direct: Make, cutter: ReplyCutter, record: Doc, collection: Collection[Doc]
+) -> None:
+    limited = {**RW_TABLE, "lock_limits": {"read": 1}}
+    reader = direct(MultiLock, **limited).acquire(record, tag="read")
+    locks = through(MultiLock, **limited)
+    with answered_as_mongodb(cutter), pytest.raises(TooManyHolders) as refused:
+        locks.acquire(record, tag="read")
+    assert (refused.value.tag, refused.value.limit) == ("read", 1)
+    assert [h["id"] for h in stored_lock(collection)["holders"]] == [reader.id]
 
 
 def test_a_retried_assertive_acquire_reports_its_pending_entry(

@@ -79,3 +79,14 @@ def _orderable(table: dict[str, dict[str, list[str]]]) -> bool:
             return False
         edges = {tag: targets for tag, targets in edges.items() if tag not in sinks}
     return True
+
+
+def test_a_tags_limit_is_kept_for_a_tag_that_shares() -> None:
+    rules = build_rules(READ_WRITE, {}, 1000, {"read": 3})
+    assert (rules.limit("read"), rules.limit("write")) == (3, None)
+
+
+def test_a_limit_on_a_tag_that_excludes_itself_never_binds() -> None:
+    # One granted entry already refuses the next: the pipeline needs no count for it.
+    rules = build_rules(READ_WRITE, {}, 1000, {"write": 2})
+    assert rules.limit("write") is None

@@ -5,8 +5,9 @@ A waiter is woken when no stored entry keeps it out (``_changes``, from
 one table, and for any table and any stored entries they must agree. The waiter is kept
 out exactly when the server refuses its attempt, or registers it as pending behind a
 *granted* entry of a tag it waits for; granted, or pending beside pending entries only
-(it is then in line: progress), it is woken. Each example stores the entries on the real
-server and acquires.
+(it is then in line: progress), it is woken. Limits (``lock_limits``, ``max_holders``)
+keep it out by number, on both sides. Each example stores the entries on the real server
+and acquires.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from __future__ import annotations
 import itertools
 import secrets
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pymongo.collection import Collection
 
 from docmultilock import AssertiveLock, CooperativeLock, MultiLock
+from docmultilock._acquiring import capped
 from docmultilock._changes import Blockers, Interest, Interests
 from docmultilock._rules import build_rules, check_relationships
 from tests.helpers import Doc
@@ -45,16 +47,25 @@ def tables(draw: st.DrawFn) -> dict[str, dict[str, list[str]]]:
     return table
 
 
-Case = tuple[dict[str, dict[str, list[str]]], list[tuple[str, bool]], str]
+class Case(NamedTuple):
+    """A table, the entries stored (tag, pending), the waiter's tag, and the limits."""
+
+    table: dict[str, dict[str, list[str]]]
+    holders: list[tuple[str, bool]]
+    tag: str
+    limits: dict[str, int] = {}  # noqa: RUF012 - a NamedTuple's default, never mutated
+    max_holders: int = 1000
 
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    """A table, the entries stored (tag, pending), and the waiter's tag."""
+    """A table, the entries stored (tag, pending), the waiter's tag, maybe limits."""
     table = draw(tables())
     tags = sorted(table)
     holders = draw(st.lists(st.tuples(st.sampled_from(tags), st.booleans()), max_size=4))
-    return table, holders, draw(st.sampled_from(tags))
+    limits = draw(st.dictionaries(st.sampled_from(tags), st.integers(1, 2), max_size=2))
+    max_holders = draw(st.sampled_from([1000, 2, 3]))
+    return Case(table, holders, draw(st.sampled_from(tags)), limits, max_holders)
 
 
 #: The readers-writer table, and a writer's pending entry among them.
@@ -84,10 +95,11 @@ def stored_field(holders: list[tuple[str, bool]]) -> Doc:
     }
 
 
-def woken(rules: Any, tag: str, field: Doc, document_id: int) -> bool:
+def woken(rules: Any, tag: str, field: Doc, document_id: int, max_holders: int) -> bool:
     """Whether a change leaving ``field`` on the document wakes a new waiter of ``tag``."""
     interests = Interests("lock")
-    waiter = Interest(document_id, False, lambda: None, Blockers.of_tag(rules, tag))
+    most = max_holders if capped(rules, tag) else None
+    waiter = Interest(document_id, False, lambda: None, Blockers.of_tag(rules, tag, most))
     interests.add(waiter)
     interests.dispatch(
         {
@@ -107,21 +119,31 @@ def woken(rules: Any, tag: str, field: Doc, document_id: int) -> bool:
 @given(case=cases())
 # The cases that tell the rules apart, always tried: a reader beside a granted writer and
 # beside a pending one; a writer behind granted readers, and beside a pending writer only.
-@example(case=(RW, [("b", False)], "a"))
-@example(case=(RW, [("b", True)], "a"))
-@example(case=(RW, [("a", False)], "b"))
-@example(case=(RW, [("a", True)], "b"))
-@example(case=({"a": {"assertive": ["b"]}, "b": {}}, [("b", True)], "a"))
+@example(case=Case(RW, [("b", False)], "a"))
+@example(case=Case(RW, [("b", True)], "a"))
+@example(case=Case(RW, [("a", False)], "b"))
+@example(case=Case(RW, [("a", True)], "b"))
+@example(case=Case({"a": {"assertive": ["b"]}, "b": {}}, [("b", True)], "a"))
+# Limits: a reader at its tag's limit, beside pending readers only; and a full document.
+@example(case=Case(RW, [("a", False), ("a", True)], "a", {"a": 1}))
+@example(case=Case(RW, [("a", True), ("a", True)], "a", {"a": 1}))
+@example(case=Case(RW, [("a", False), ("a", False)], "a", {}, 2))
 def test_a_waiter_is_woken_exactly_when_the_server_would_let_it_progress(
     collection: Collection[Doc], case: Case
 ) -> None:
-    table, holders, tag = case
-    rules = build_rules(table, {}, 3_600_000)
+    table, holders, tag, limits, max_holders = case
+    rules = build_rules(table, {}, 3_600_000, limits)
     document_id = next(_ids)
     field = stored_field(holders)
     collection.insert_one({"_id": document_id, "lock": field})
 
-    locks = MultiLock(collection, lock_relationships=table, lock_timeout=3600.0)
+    locks = MultiLock(
+        collection,
+        lock_relationships=table,
+        lock_timeout=3600.0,
+        lock_limits=limits,
+        max_holders=max_holders,
+    )
     try:
         locks.acquire({"_id": document_id}, tag=tag)
         outcome = "granted"
@@ -134,4 +156,4 @@ def test_a_waiter_is_woken_exactly_when_the_server_would_let_it_progress(
         not pending and other in rules.assertive[tag] for other, pending in holders
     )
     kept_out = outcome == "refused" or (outcome == "pending" and behind_a_holder)
-    assert woken(rules, tag, field, document_id) is not kept_out, (table, holders, tag, outcome)
+    assert woken(rules, tag, field, document_id, max_holders) is not kept_out, (case, outcome)

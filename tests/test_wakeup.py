@@ -24,63 +24,12 @@ from docmultilock import (
     WriteLock,
 )
 from docmultilock._changes import Blockers, Interest, Interests, stream_pipeline
-from docmultilock._flows import Clock
 from docmultilock._rules import READ_WRITE, build_rules
-from docmultilock._wakeup import WATCHERS, AsyncWatchers
+from docmultilock._wakeup import WATCHERS
 from tests.flavours import MakeLock, Twins
-from tests.helpers import stored_lock, wait_until
+from tests.helpers import NO_SLEEP, Waiter, stored_lock, wait_until
 
 Doc = dict[str, Any]
-
-
-def _never(seconds: float) -> None:
-    raise AssertionError(f"slept {seconds} s: the backoff was reached")
-
-
-async def _anever(seconds: float) -> None:
-    _never(seconds)
-
-
-#: A clock whose backoff sleep fails the test: a waiter must be woken before reaching it.
-NO_SLEEP = Clock(sleep=_never, asleep=_anever)
-
-
-@pytest.fixture
-def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
-    """How many change streams the flavour's watchers run now."""
-    if flavour == "sync":
-        return WATCHERS.open_streams
-
-    async def count() -> int:
-        return AsyncWatchers.current().open_streams()
-
-    return lambda: twins.portal.call(count())
-
-
-class Waiter:
-    """``hold(wait=...)`` on a thread; records when it was granted and what it raised."""
-
-    def __init__(self, locks: Any, key: Any, hold_for: float = 0.0, **kwargs: Any) -> None:
-        self.granted: float | None = None
-        self.error: BaseException | None = None
-        self._args = (locks, key, hold_for, kwargs)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        locks, key, hold_for, kwargs = self._args
-        try:
-            with locks.hold(key, **kwargs):
-                self.granted = time.monotonic()
-                time.sleep(hold_for)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def join(self) -> None:
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.fixture
@@ -579,3 +528,32 @@ def test_one_wake_per_release_goes_to_each_tag_that_excludes_itself() -> None:
     )
     _interests(first, second, other).dispatch(_change())
     assert (first.woken, second.woken, other.woken) == (True, False, True)
+
+
+# -- limits: waiters refused by lock_limits or max_holders ---------------------------------
+
+
+def test_a_waiter_at_its_tags_limit_is_not_woken_by_a_change_that_keeps_it_full() -> None:
+    waiter = Interest(1, False, lambda: None, Blockers(frozenset(), limit=("export", 2)))
+    interests = _interests(waiter)
+    interests.dispatch(
+        _change(("a", False, "export"), ("b", False, "export"), ("c", True, "export"))
+    )
+    assert not waiter.woken  # the pending export does not count, but two granted ones are there
+
+
+def test_a_release_that_frees_a_slot_of_the_tag_wakes_its_waiter() -> None:
+    waiter = Interest(1, False, lambda: None, Blockers(frozenset(), limit=("export", 2)))
+    interests = _interests(waiter)
+    interests.dispatch(_change(("a", False, "export"), ("b", False, "export")))
+    interests.dispatch(_change(("a", False, "export"), ("v", False, "view")))
+    assert waiter.woken
+
+
+def test_a_waiter_refused_by_max_holders_is_woken_once_fewer_entries_are_left() -> None:
+    waiter = Interest(1, False, lambda: None, Blockers(frozenset(), most=2))
+    interests = _interests(waiter)
+    interests.dispatch(_change(("a", False, "view"), ("b", True, "view")))
+    assert not waiter.woken
+    interests.dispatch(_change(("a", False, "view")))
+    assert waiter.woken

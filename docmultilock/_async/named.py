@@ -40,8 +40,13 @@ class AsyncNamedLocks(AsyncLockManager):
         lock = await jobs.acquire("nightly-report")     # LockAlreadyTaken (409) when held
         await jobs.release("nightly-report", lock)
 
-    A name takes at most ``max_holders`` live entries at once. A ``listener``
-    (:class:`~docmultilock.LockListener`) is told of every decision.
+    A name takes at most ``max_holders`` live entries at once. ``lock_limits`` caps a tag of
+    a custom table: ``lock_limits={"export": 3}`` grants at most 3 ``export`` locks at once
+    on one name (pending ones do not count); the server refuses the 4th with
+    :class:`~docmultilock.TooManyHolders` (``err.tag``, ``err.limit``) in the same command,
+    and ``hold(wait=...)`` waits for a slot, woken by a release. Each limit is a positive
+    int, for a declared tag. A ``listener`` (:class:`~docmultilock.LockListener`) is told
+    of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -53,6 +58,7 @@ class AsyncNamedLocks(AsyncLockManager):
         *,
         lock_timeouts: Mapping[str, Duration] | None = None,
         lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        lock_limits: Mapping[str, int] | None = None,
         lock_timeout: Duration = 30.0,
         timeout: Duration | None = 10.0,
         w: int | str = "majority",
@@ -65,6 +71,7 @@ class AsyncNamedLocks(AsyncLockManager):
             WRITE_ONLY,
             lock_timeouts=lock_timeouts,
             lock_relationships=lock_relationships,
+            lock_limits=lock_limits,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,
@@ -94,6 +101,7 @@ class AsyncNamedLocks(AsyncLockManager):
 
         :raises LockAlreadyTaken: the name is held (default table; nothing recorded).
         :raises CooperativeLock: a tag this one is cooperative with is held (custom table).
+        :raises TooManyHolders: ``max_holders`` entries, or ``lock_limits`` reached.
         :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
         :raises LockNotFound: the pending ``lock`` given is gone.
         """

@@ -284,7 +284,9 @@ class MultiLock(_DocumentLocks):
         locks.release({"_id": 1}, lock)
 
     A document takes at most ``max_holders`` live entries (held and pending) at once; one
-    more is refused with :class:`~docmultilock.TooManyHolders`. A ``listener``
+    more is refused with :class:`~docmultilock.TooManyHolders`, as is one more granted lock
+    of a tag than ``lock_limits`` allows (``{"export": 3}``: 3 at once per document, pending
+    ones not counted; ``err.tag``, ``err.limit``). A ``listener``
     (:class:`~docmultilock.LockListener`) is told of every decision.
 
     :raises InvalidConfiguration: naming every problem with the options.
@@ -296,6 +298,7 @@ class MultiLock(_DocumentLocks):
         *,
         lock_timeouts: Mapping[str, Duration] | None = None,
         lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        lock_limits: Mapping[str, int] | None = None,
         lock_timeout: Duration = 10.0,
         timeout: Duration | None = 10.0,
         w: int | str = "majority",
@@ -308,6 +311,7 @@ class MultiLock(_DocumentLocks):
             READ_WRITE,
             lock_timeouts=lock_timeouts,
             lock_relationships=lock_relationships,
+            lock_limits=lock_limits,
             lock_timeout=lock_timeout,
             timeout=timeout,
             w=w,
@@ -333,7 +337,8 @@ class MultiLock(_DocumentLocks):
         ``tag`` may be left out when the table declares one tag.
 
         :raises CooperativeLock: a tag this one is cooperative with is held (nothing recorded).
-        :raises TooManyHolders: the document already has ``max_holders`` entries.
+        :raises TooManyHolders: the document already has ``max_holders`` entries, or
+            as many granted ``tag`` locks as ``lock_limits`` allows (nothing recorded).
         :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
         :raises LockNotFound: the pending ``lock`` given is gone.
         :raises ResourceNotFound: no document matches ``filter``.

@@ -19,6 +19,7 @@ from docmultilock import (
     LockSnapshot,
     MultiLock,
     NamedLocks,
+    TooManyHolders,
     WriteLock,
 )
 from docmultilock.testing import EmbeddedServer
@@ -70,6 +71,14 @@ def usage() -> None:
         loaded = LockSchema().load(data)
         assert isinstance(loaded, Lock)
         ml.release({"_id": 1}, loaded)
+
+        exports = MultiLock(orders, lock_relationships={"export": {}}, lock_limits={"export": 3})
+        try:
+            exports.acquire({"_id": 1}, tag="export")
+        except TooManyHolders as err:
+            limited: str | None = err.tag
+            most: int = err.limit
+            print(limited, most)
 
         jobs = NamedLocks(client.shop, "locks", lock_timeout=300.0, w="majority")
         jobs.ensure_indexes(timeout=5.0)

@@ -40,6 +40,11 @@ async def usage(uri: str) -> None:
     assert isinstance(loaded, Lock)
     await ml.release({"_id": 1}, loaded)
 
+    renders = AsyncNamedLocks(
+        client.shop, "renders", lock_relationships={"render": {}}, lock_limits={"render": 3}
+    )
+    await renders.release("video-1", await renders.acquire("video-1", tag="render"))
+
     jobs = AsyncNamedLocks(client.shop, "locks", lock_timeout=300.0)
     await jobs.ensure_indexes(timeout=5.0)
     job: Lock = await jobs.acquire("nightly-report")
