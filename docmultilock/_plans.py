@@ -117,6 +117,33 @@ class Judge:
             pending=bool(entry["pending"]),
         )
 
+    def check_limit(
+        self,
+        tag: str,
+        granted: int | None,
+        where: tuple[Filter, Any],
+        *,
+        doing: str,
+        kept: str = "",
+    ) -> None:
+        """Raise :class:`TooManyHolders` when ``granted`` entries of ``tag`` fill its limit.
+
+        The decision's first refusal (``_acquiring._at_limit``); ``where`` is the caller's
+        filter and the document's id, ``doing`` what was refused, ``kept`` what still holds.
+        """
+        limit = self.rules.limit(tag)
+        if limit is None or granted is None or granted < limit:
+            return
+        user_filter, document_id = where
+        raise TooManyHolders(
+            f"{doing} on {self.home.noun} {document_id!r}: it already has {granted} granted "
+            f"{tag!r} locks, and lock_limits allows {limit} at once{kept}",
+            filter=user_filter,
+            limit=limit,
+            tag=tag,
+            document_id=document_id,
+        )
+
     def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
         """The error for a lock that is no longer on its document."""
         return self.verdicts.lost(
@@ -182,18 +209,12 @@ class AcquirePlan(NamedTuple):
                 lock=lock,
                 blocking_tags=waiting,
             )
-        limit = judge.rules.limit(self.tag)
-        if limit is not None and state.granted is not None and state.granted >= limit:
-            # The pipeline's first refusal (``_acquiring._at_limit``).
-            raise TooManyHolders(
-                f"cannot lock {self.tag!r} on {judge.home.noun} {state.document_id!r}: it "
-                f"already has {state.granted} granted {self.tag!r} locks, and lock_limits "
-                f"allows {limit} at once",
-                filter=self.user_filter,
-                limit=limit,
-                tag=self.tag,
-                document_id=state.document_id,
-            )
+        judge.check_limit(
+            self.tag,
+            state.granted,
+            (self.user_filter, state.document_id),
+            doing=f"cannot lock {self.tag!r}",
+        )
         blocking = tuple(sorted(tags & judge.rules.cooperative[self.tag]))
         if blocking:
             raise judge.verdicts.refused(
@@ -308,19 +329,13 @@ class ConvertPlan(NamedTuple):
                 lock=lock,
                 blocking_tags=waiting,
             )
-        limit = judge.rules.limit(self.tag)
-        if limit is not None and found.granted is not None and found.granted >= limit:
-            # The decision's first refusal (``_acquiring._at_limit``); the lock is kept.
-            raise TooManyHolders(
-                f"cannot convert lock {given.id} to {self.tag!r} on {judge.home.noun} "
-                f"{found.document_id!r}: it already has {found.granted} granted {self.tag!r} "
-                f"locks, and lock_limits allows {limit} at once; the {held[0]['tag']!r} lock "
-                "is still held",
-                filter=self.user_filter,
-                limit=limit,
-                tag=self.tag,
-                document_id=found.document_id,
-            )
+        judge.check_limit(
+            self.tag,
+            found.granted,
+            (self.user_filter, found.document_id),
+            doing=f"cannot convert lock {given.id} to {self.tag!r}",
+            kept=f"; the {held[0]['tag']!r} lock is still held",
+        )
         blocking = tuple(sorted(found.tags & judge.rules.cooperative[self.tag]))
         if blocking or not capped(judge.rules, self.tag):
             raise judge.verdicts.refused(

@@ -8,19 +8,17 @@ Each public method parses its arguments once into a call (``_calls.Call``, check
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pymongo.asynchronous.collection import AsyncCollection
 
 from docmultilock._args import check_flavour
 from docmultilock._async.converting import AsyncConverting
 from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
-from docmultilock._async.hold import AsyncHold
-from docmultilock._async.sets import AsyncLockSets
+from docmultilock._async.holds import AsyncHolds
 from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock
-from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
@@ -33,7 +31,7 @@ __all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
 T = TypeVar("T")
 
 
-class AsyncLockManager(AsyncConverting, AsyncLockSets):
+class AsyncLockManager(AsyncConverting, AsyncHolds):
     """What every async lock manager shares: its runner, reads, ``hold()``, ``convert()``, sets."""
 
     def __init__(self, collection: AsyncCollection[Any], ops: LockOperations) -> None:
@@ -142,64 +140,6 @@ class AsyncLockManager(AsyncConverting, AsyncLockSets):
         return await self._run(
             self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
-
-    def hold(
-        self,
-        key: Any,
-        *,
-        tag: str | None = None,
-        wait: Duration | None = None,
-        backoff: tuple[float, float] = (0.01, 0.8),
-        keepalive: bool = False,
-        extend_every: Duration | None = None,
-        on_lost: OnLost | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-        wake: Literal["changes", "poll"] = "changes",
-        fair: bool = False,
-    ) -> AsyncHold:
-        """Hold a lock on ``key`` for the span of an ``async with`` block; release it after.
-
-        ::
-
-            async with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
-                held.require(await orders.update_one(held.guard(), {"$set": {"paid": True}}))
-
-        :param tag: the lock's tag; may be left out when the manager declares only one.
-        :param wait: seconds to go on trying while refused, with exponential backoff and
-            full jitter between ``backoff=(min, max)`` seconds; ``None`` tries once. A
-            pending assertive lock is continued meanwhile, and released if the wait fails.
-        :param wake: ``"changes"`` (the default): between attempts, wait on a change stream
-            of the refusing document and retry as soon as the lock may be free; the
-            backoff, at a slower cadence (its max times 1 to 4), stays as a safety net.
-            Where change streams are unavailable it polls, as ``"poll"`` always does.
-        :param fair: hold a place in line while waiting, so that waiters on one document
-            are granted in the order they arrived (see :doc:`/howto/hold`).
-        :param keepalive: extend the lock every ``extend_every`` seconds (a third of its
-            lifetime by default) from the process's keep-alive.
-        :param on_lost: called as ``on_lost(lock, error)`` once, when the lock is found lost;
-            from the keep-alive, so keep it short. Its exceptions are logged.
-        :raises LockTimeout: ``wait`` ran out; nothing is left on the document.
-        :raises LockConflict: refused, without ``wait`` (as ``acquire`` raises).
-        :raises LockNotFound: after a block that ended normally, when the lock was lost
-            meanwhile (or the error that made the keep-alive fail): the block was not
-            protected throughout. An exception from the block itself is never replaced.
-        :raises InvalidArgument: before anything is written.
-        """
-        call = self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
-        spec = plan_hold(
-            self._ops,
-            call,
-            wait=wait,
-            backoff=backoff,
-            keepalive=keepalive,
-            extend_every=extend_every,
-            on_lost=on_lost,
-            wake=wake,
-            fair=fair,
-        )
-        return AsyncHold(self._ops, self._run, spec)
 
 
 class _AsyncDocumentLocks(AsyncLockManager):

@@ -10,7 +10,7 @@ Each public method parses its arguments once into a call (``_calls.Call``, check
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pymongo.collection import Collection
 
@@ -18,7 +18,6 @@ from docmultilock._args import check_flavour
 from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
 from docmultilock._flows import SYSTEM_CLOCK, Clock
-from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
@@ -26,8 +25,7 @@ from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
-from docmultilock._sync.hold import Hold
-from docmultilock._sync.sets import LockSets
+from docmultilock._sync.holds import Holds
 from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
 
 __all__ = ["LockManager", "MultiLock", "WriteLock"]
@@ -35,7 +33,7 @@ __all__ = ["LockManager", "MultiLock", "WriteLock"]
 T = TypeVar("T")
 
 
-class LockManager(Converting, LockSets):
+class LockManager(Converting, Holds):
     """What every sync lock manager shares: its runner, reads, ``hold()``, ``convert()``, sets."""
 
     def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:
@@ -142,64 +140,6 @@ class LockManager(Converting, LockSets):
         return self._run(
             self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
-
-    def hold(
-        self,
-        key: Any,
-        *,
-        tag: str | None = None,
-        wait: Duration | None = None,
-        backoff: tuple[float, float] = (0.01, 0.8),
-        keepalive: bool = False,
-        extend_every: Duration | None = None,
-        on_lost: OnLost | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-        wake: Literal["changes", "poll"] = "changes",
-        fair: bool = False,
-    ) -> Hold:
-        """Hold a lock on ``key`` for the span of a ``with`` block; release it after.
-
-        ::
-
-            with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
-                held.require(orders.update_one(held.guard(), {"$set": {"paid": True}}))
-
-        :param tag: the lock's tag; may be left out when the manager declares only one.
-        :param wait: seconds to go on trying while refused, with exponential backoff and
-            full jitter between ``backoff=(min, max)`` seconds; ``None`` tries once. A
-            pending assertive lock is continued meanwhile, and released if the wait fails.
-        :param wake: ``"changes"`` (the default): between attempts, wait on a change stream
-            of the refusing document and retry as soon as the lock may be free; the
-            backoff, at a slower cadence (its max times 1 to 4), stays as a safety net.
-            Where change streams are unavailable it polls, as ``"poll"`` always does.
-        :param fair: hold a place in line while waiting, so that waiters on one document
-            are granted in the order they arrived (see :doc:`/howto/hold`).
-        :param keepalive: extend the lock every ``extend_every`` seconds (a third of its
-            lifetime by default) from the process's keep-alive.
-        :param on_lost: called as ``on_lost(lock, error)`` once, when the lock is found lost;
-            from the keep-alive, so keep it short. Its exceptions are logged.
-        :raises LockTimeout: ``wait`` ran out; nothing is left on the document.
-        :raises LockConflict: refused, without ``wait`` (as ``acquire`` raises).
-        :raises LockNotFound: after a block that ended normally, when the lock was lost
-            meanwhile (or the error that made the keep-alive fail): the block was not
-            protected throughout. An exception from the block itself is never replaced.
-        :raises InvalidArgument: before anything is written.
-        """
-        call = self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
-        spec = plan_hold(
-            self._ops,
-            call,
-            wait=wait,
-            backoff=backoff,
-            keepalive=keepalive,
-            extend_every=extend_every,
-            on_lost=on_lost,
-            wake=wake,
-            fair=fair,
-        )
-        return Hold(self._ops, self._run, spec)
 
 
 class _DocumentLocks(LockManager):

@@ -1,8 +1,11 @@
-"""Lock sets for the async managers: ``hold_all``, ``acquire_all``, ``release_all``.
+"""Holding locks for the async managers: ``hold()``, ``hold_all``, and sets across calls.
+
+``hold()`` holds one lock for a block, ``hold_all`` a set; ``acquire_all`` and
+``release_all`` take and give back a set across requests.
 
 Every lock manager has them (a mixin of :class:`~docmultilock.AsyncLockManager`): each
-method parses its calls once, and ``_lockset``'s flows decide the order and the all or
-nothing; this shell only runs them.
+method parses its calls once; ``_holding``'s and ``_lockset``'s flows decide the waiting,
+the order and the all or nothing; this shell only runs them.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from docmultilock._async.driver import AsyncRunner
-from docmultilock._async.hold import AsyncHoldAll
-from docmultilock._holding import OnLost
+from docmultilock._async.hold import AsyncHold, AsyncHoldAll
+from docmultilock._holding import OnLost, plan_hold
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -25,14 +28,72 @@ from docmultilock._operations import LockOperations
 from docmultilock.errors import InvalidArgument
 from docmultilock.options import Duration
 
-__all__ = ["AsyncLockSets"]
+__all__ = ["AsyncHolds"]
 
 
-class AsyncLockSets:
-    """Taking several locks of one manager all or nothing, in one canonical order."""
+class AsyncHolds:
+    """Holding a lock for a block, or several all or nothing in one canonical order."""
 
     _ops: LockOperations
     _run: AsyncRunner
+
+    def hold(
+        self,
+        key: Any,
+        *,
+        tag: str | None = None,
+        wait: Duration | None = None,
+        backoff: tuple[float, float] = (0.01, 0.8),
+        keepalive: bool = False,
+        extend_every: Duration | None = None,
+        on_lost: OnLost | None = None,
+        lock_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        w: int | str | None = None,
+        wake: Literal["changes", "poll"] = "changes",
+        fair: bool = False,
+    ) -> AsyncHold:
+        """Hold a lock on ``key`` for the span of an ``async with`` block; release it after.
+
+        ::
+
+            async with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
+                held.require(await orders.update_one(held.guard(), {"$set": {"paid": True}}))
+
+        :param tag: the lock's tag; may be left out when the manager declares only one.
+        :param wait: seconds to go on trying while refused, with exponential backoff and
+            full jitter between ``backoff=(min, max)`` seconds; ``None`` tries once. A
+            pending assertive lock is continued meanwhile, and released if the wait fails.
+        :param wake: ``"changes"`` (the default): between attempts, wait on a change stream
+            of the refusing document and retry as soon as the lock may be free; the
+            backoff, at a slower cadence (its max times 1 to 4), stays as a safety net.
+            Where change streams are unavailable it polls, as ``"poll"`` always does.
+        :param fair: hold a place in line while waiting, so that waiters on one document
+            are granted in the order they arrived (see :doc:`/howto/hold`).
+        :param keepalive: extend the lock every ``extend_every`` seconds (a third of its
+            lifetime by default) from the process's keep-alive.
+        :param on_lost: called as ``on_lost(lock, error)`` once, when the lock is found lost;
+            from the keep-alive, so keep it short. Its exceptions are logged.
+        :raises LockTimeout: ``wait`` ran out; nothing is left on the document.
+        :raises LockConflict: refused, without ``wait`` (as ``acquire`` raises).
+        :raises LockNotFound: after a block that ended normally, when the lock was lost
+            meanwhile (or the error that made the keep-alive fail): the block was not
+            protected throughout. An exception from the block itself is never replaced.
+        :raises InvalidArgument: before anything is written.
+        """
+        call = self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
+        spec = plan_hold(
+            self._ops,
+            call,
+            wait=wait,
+            backoff=backoff,
+            keepalive=keepalive,
+            extend_every=extend_every,
+            on_lost=on_lost,
+            wake=wake,
+            fair=fair,
+        )
+        return AsyncHold(self._ops, self._run, spec)
 
     def hold_all(
         self,
