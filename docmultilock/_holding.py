@@ -311,6 +311,15 @@ class Holding:
             self._lock = lock
             self._expires = sent + self.spec.lifetime
 
+    def extended(self, sent: float) -> None:
+        """Record a batch renewal sent at ``sent``: the estimate moves, the lock value stays.
+
+        A batch's reply holds counts, not entries, so ``lock.expires_at`` keeps the value
+        of the last lone extension (or the grant); the estimate is what the keep-alive uses.
+        """
+        with self._guard:
+            self._expires = sent + self.spec.lifetime
+
     def lose(self, error: LockError) -> bool:
         """Record the loss; True the first time only (the one to report)."""
         with self._guard:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from docmultilock._async.driver import AsyncRunner
+from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._flavour import AsyncOnly
 from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
 from docmultilock._keepalive import AsyncExtender, AsyncJob
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
+from docmultilock._renewing import renew_together
 from docmultilock.errors import DbTimeout, LockError
 
 __all__ = ["AsyncHeldLock", "AsyncHold"]
@@ -42,11 +45,15 @@ class AsyncHeldLock:
         spec = holding.spec
         self.lost = asyncio.Event()
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
+        # Renewed in batches with the other holds of its manager (one runner per manager),
+        # one lock per document in each batch.
         self._job = AsyncJob.weakly(
             self._renew,
             self._overdue,
             lead=spec.lifetime - spec.every,
             name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
+            batching=Batching(runner, repr(holding.lock.document_id)),
+            together=_renew_together,
         )
 
     def __repr__(self) -> str:
@@ -148,6 +155,29 @@ class AsyncHeldLock:
             self._lose(lost)
         if not quiet and self._holding.error is not None:
             raise self._holding.error
+
+
+async def _renew_together(
+    helds: Sequence[AsyncHeldLock], limit: float
+) -> tuple[list[Outcome], bool]:
+    """Renew ``helds`` (one manager's, one per document) by one command; tell the losses."""
+    first = helds[0]
+    try:
+        results, read = await first._run.unmapped(
+            renew_together(
+                first._ops, [held._holding for held in helds], limit=limit, clock=first._run.clock
+            )
+        )
+    except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
+        log.exception("keep-alive batch of %d locks failed", len(helds))
+        return [AGAIN] * len(helds), False
+    told: list[Outcome] = []
+    for held, result in zip(helds, results, strict=True):
+        if isinstance(result, LockError):
+            held._lose(result)
+            result = None
+        told.append(None if held.lost.is_set() else result)
+    return told, read
 
 
 class AsyncHold(AsyncOnly):
