@@ -236,6 +236,8 @@ class Schedule(Generic[K]):
             _, _, version, job = heapq.heappop(self._ready)
             if self._current(job, version):
                 return self._batch(job, now) or self._start(job, now)
+        while self._waiting and not self._current(self._waiting[0][3], self._waiting[0][2]):
+            heapq.heappop(self._waiting)  # taken into a batch since: not a time to wake
         times = [heap[0][0] for heap in (self._deadlines, self._waiting) if heap]
         if self._urgent and self._free:
             times.append(self._urgent[0][0])
