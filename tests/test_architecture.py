@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "docmultilock"
 CORE = frozenset({
     "docmultilock._acquiring",
     "docmultilock._args",
+    "docmultilock._batches",
     "docmultilock._calls",
     "docmultilock._changes",
     "docmultilock._clock",
