@@ -47,6 +47,7 @@ from docmultilock._batches import (
     Batching,
     Outcome,
 )
+from docmultilock._decisions import MIN_EXTEND_TIMEOUT, Decision, Idle, Lose, Start, Stats, Wait
 
 __all__ = [
     "MIN_EXTEND_TIMEOUT",
@@ -61,64 +62,6 @@ __all__ = [
 ]
 
 K = TypeVar("K", bound=Hashable)
-
-#: The least time an extension is given, even when its estimate is about to pass: the
-#: estimate is conservative, and the server may still find the lock live.
-MIN_EXTEND_TIMEOUT = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class Start(Generic[K]):
-    """Extend ``job`` now, within ``limit`` seconds; it was due ``late`` seconds ago."""
-
-    job: K
-    limit: float
-    late: float
-
-
-@dataclass(frozen=True, slots=True)
-class Lose(Generic[K]):
-    """``job``'s estimate passed without a successful renewal: tell its holder."""
-
-    job: K
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Nothing to do before ``until`` (``None``: before an extension finishes)."""
-
-    until: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """Nothing kept alive, nothing running."""
-
-
-Decision = Start[K] | Batch[K] | Lose[K] | Wait | Idle
-
-
-@dataclass
-class Stats:
-    """What the schedule has seen since it was made (or since :meth:`Schedule.reset_stats`)."""
-
-    #: Renewals started, alone or in a batch (one per lock).
-    started: int = 0
-    #: Commands started: lone extensions and batches.
-    commands: int = 0
-    #: Batches started, and the locks they carried.
-    batches: int = 0
-    batched: int = 0
-    #: Reads that followed a batch that renewed fewer documents than it named.
-    reads: int = 0
-    #: Locks that lost: past their estimate without a renewal, or found lost by an extension.
-    lost: int = 0
-    #: The most a renewal started after it was due, in seconds.
-    worst_late: float = 0.0
-    #: The sum of those delays, for the mean.
-    total_late: float = 0.0
-    #: The least time left before a lock's estimate when its renewal succeeded.
-    least_left: float = math.inf
 
 
 @dataclass(slots=True)
@@ -166,6 +109,7 @@ class Schedule(Generic[K]):
         # In flight, by the token of their command (jobs removed or lost since included).
         self._running: dict[K, int] = {}
         self._flights: dict[int, int] = {}  # token: jobs of that command still in it
+        self._busy: dict[int, Hashable] = {}  # token: group, of each batch in flight
         self._urgent: list[_Item[K]] = []  # by urgency, jobs out in a batch
         self._tokens = itertools.count()
         self._waiting: list[_Item[K]] = []  # by due time, not yet due
@@ -232,15 +176,26 @@ class Schedule(Generic[K]):
                 return self._start(job, now)
             else:
                 break
-        while self._ready and self._free:
-            _, _, version, job = heapq.heappop(self._ready)
-            if self._current(job, version):
+        waiting: list[_Item[K]] = []  # for their group's batch in flight to answer
+        try:
+            while self._ready and self._free:
+                item = heapq.heappop(self._ready)
+                job = item[3]
+                if not self._current(job, item[2]):
+                    continue
+                if self._waits_for_its_group(job, now):
+                    waiting.append(item)
+                    continue
                 return self._batch(job, now) or self._start(job, now)
+        finally:
+            for item in waiting:
+                heapq.heappush(self._ready, item)
         while self._waiting and not self._current(self._waiting[0][3], self._waiting[0][2]):
             heapq.heappop(self._waiting)  # taken into a batch since: not a time to wake
         times = [heap[0][0] for heap in (self._deadlines, self._waiting) if heap]
         if self._urgent and self._free:
             times.append(self._urgent[0][0])
+        times.extend(self._entries[item[3]].urgent for item in waiting)
         if times:
             return Wait(min(times))
         return Wait(None) if self._running else Idle()
@@ -248,6 +203,20 @@ class Schedule(Generic[K]):
     @property
     def _free(self) -> bool:
         return len(self._flights) < self.slots
+
+    def _waits_for_its_group(self, job: K, now: float) -> bool:
+        """True when ``job`` should wait for its group's batch in flight rather than start.
+
+        One batch per group at a time: on a server that runs one command at a time (the
+        embedded one), two would only queue behind each other and delay everyone else's
+        commands; the next batch gathers what came due meanwhile. An urgent lock does not
+        wait.
+        """
+        batching = self.batching(job)
+        entry = self._entries[job]
+        if batching is None or entry.alone or entry.urgent <= now:
+            return False
+        return batching.group in self._busy.values()
 
     def _fly(self, jobs: list[K]) -> int:
         token = next(self._tokens)
@@ -264,6 +233,7 @@ class Schedule(Generic[K]):
             self._flights[token] -= 1
             if not self._flights[token]:
                 del self._flights[token]
+                self._busy.pop(token, None)
 
     def _late(self, entry: _Entry, now: float) -> float:
         late = max(now - entry.due, 0.0)
@@ -315,6 +285,7 @@ class Schedule(Generic[K]):
             )
             heapq.heappush(self._urgent, (member.urgent, next(self._ties), member.version, job))
         token = self._fly(jobs)
+        self._busy[token] = batching.group
         self.stats.batches += 1
         self.stats.batched += len(jobs)
         # The batch ends before its most urgent lock must be renewed alone.

@@ -26,6 +26,7 @@ CORE = frozenset({
     "docmultilock._clock",
     "docmultilock._command",
     "docmultilock._core",
+    "docmultilock._decisions",
     "docmultilock._expr",
     "docmultilock._events",
     "docmultilock._failures",

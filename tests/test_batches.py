@@ -72,6 +72,17 @@ def test_a_batch_carries_at_most_its_size() -> None:
     assert decision.jobs == ("j0", "j1", "j2")
 
 
+def test_a_group_has_one_batch_out_at_a_time_and_the_next_gathers_what_came_due() -> None:
+    schedule = grouped(*((f"j{i}", 10.0 + i / 10, str(i)) for i in range(5)), size=2)
+    first = schedule.next(4.0)
+    assert isinstance(first, Batch)
+    assert schedule.next(4.5) == Wait(7.0)  # j2 waits; j0 is renewed alone at 7 if need be
+    schedule.batch_finished(first.token, {"j0": 14.0, "j1": 14.0}, 4.6)
+    second = schedule.next(4.6)
+    assert isinstance(second, Batch)
+    assert second.jobs == ("j2", "j3")
+
+
 def test_a_lone_due_renewal_goes_alone() -> None:
     assert grouped(("a", 10.0, "1"), ("b", 20.0, "2")).next(4.0) == Start("a", 6.0, 0.0)
 
