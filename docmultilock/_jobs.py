@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from docmultilock._batches import Batching, Outcome
+from docmultilock._batches import AGAIN, Batching, Outcome
 
 __all__ = ["AsyncJob", "AsyncTogether", "Job", "Together", "dropped"]
 
@@ -158,20 +158,29 @@ def dropped(name: str) -> None:
     )
 
 
-def members(jobs: Sequence[Any]) -> tuple[list[Any], list[Any], dict[Any, Outcome]]:
-    """The jobs of a batch whose holders live, those holders, and the others' outcomes.
+def members(
+    jobs: Sequence[Any], kept: Callable[[Any], bool]
+) -> tuple[list[Any], list[Any], dict[Any, Outcome], Any]:
+    """What a runner needs to renew a batch: its jobs, their holders, the known outcomes.
 
-    A job whose holder was garbage-collected is lost (logged, as :meth:`Job.weakly` does).
+    Also the group's ``together`` (``None``: nothing left to renew).
+
+    Every job of the batch gets an outcome: one no longer ``kept`` (removed while the batch
+    waited for a worker) :data:`~docmultilock._batches.AGAIN`, which the schedule forgets;
+    one whose holder was garbage-collected is lost (logged, as :meth:`Job.weakly` does).
     """
-    kept: list[Any] = []
+    results: dict[Any, Outcome] = dict.fromkeys(jobs, AGAIN)
+    renewed: list[Any] = []
     holders: list[Any] = []
-    gone: dict[Any, Outcome] = {}
     for job in jobs:
+        if not kept(job):
+            continue
         holder = job.holder()
         if holder is None:
             dropped(job.name)
-            gone[job] = None
+            results[job] = None
         else:
-            kept.append(job)
+            renewed.append(job)
             holders.append(holder)
-    return kept, holders, gone
+    together = renewed[0].together if renewed else None
+    return renewed, holders, results, together

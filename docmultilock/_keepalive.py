@@ -174,14 +174,9 @@ class Extender:
 
     def _renew_batch(self, batch: Batch[Job]) -> None:
         """Renew ``batch``'s jobs still kept by one command, then record each outcome."""
-        # Every job gets an outcome: one removed while the batch waited, AGAIN (forgotten).
-        results: dict[Any, Outcome] = dict.fromkeys(batch.jobs, AGAIN)
-        jobs, holders, gone = members([j for j in batch.jobs if self._schedule.kept(j)])
-        results.update(gone)
+        jobs, holders, results, together = members(batch.jobs, self._schedule.kept)
         read = False
-        if jobs:
-            together = jobs[0].together
-            assert together is not None, "a batched job renews with its group"
+        if together is not None:
             done = self._unlocked(functools.partial(_safely, together, holders, batch.limit))
             outcomes, read = (None, False) if done is None else done
             results.update(_outcomes(jobs, outcomes))
@@ -316,14 +311,9 @@ class AsyncExtender:
             return None
 
     async def _renew_batch(self, batch: Batch[AsyncJob]) -> tuple[dict[Any, Outcome], bool]:
-        # Every job gets an outcome: one removed while the batch waited, AGAIN (forgotten).
-        results: dict[Any, Outcome] = dict.fromkeys(batch.jobs, AGAIN)
-        jobs, holders, gone = members([j for j in batch.jobs if self._schedule.kept(j)])
-        results.update(gone)
+        jobs, holders, results, together = members(batch.jobs, self._schedule.kept)
         read = False
-        if jobs:
-            together = jobs[0].together
-            assert together is not None, "a batched job renews with its group"
+        if together is not None:
             try:
                 outcomes, read = await together(holders, batch.limit)
             except Exception:  # a job handles its own errors: a bug
