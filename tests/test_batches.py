@@ -350,9 +350,13 @@ def test_no_lock_expires_unnoticed_while_its_batch_hangs(
     with contextlib.ExitStack() as block:
         helds = holding(stalled, 3, block)
         stats()
-        # The next batch hangs past every lock's estimate; each is renewed alone in time.
+        # Every batch hangs past every lock's estimate; each lock is renewed alone in time.
         fail_point(
-            appName=APP, commands=("update",), blockConnection=True, blockTimeMS=3_000 * LIFETIME
+            times=1000,
+            appName=APP,
+            commands=("update",),
+            blockConnection=True,
+            blockTimeMS=3_000 * LIFETIME,
         )
         for _ in range(int(3 * LIFETIME / 0.25)):
             time.sleep(0.25)
