@@ -45,14 +45,14 @@ class AsyncHeldLock:
         spec = holding.spec
         self.lost = asyncio.Event()
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
-        # Renewed in batches with the other holds of its manager (one runner per manager),
-        # one lock per document in each batch.
+        # Renewed in batches with the other holds of its manager (one runner per manager)
+        # under the same write concern, one lock per document in each batch.
         self._job = AsyncJob.weakly(
             self._renew,
             self._overdue,
             lead=spec.lifetime - spec.every,
             name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
-            batching=Batching(runner, repr(holding.lock.document_id)),
+            batching=Batching((runner, spec.call.concern), repr(holding.lock.document_id)),
             together=_renew_together,
         )
 
