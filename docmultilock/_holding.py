@@ -295,7 +295,7 @@ class Holding:
 
     @property
     def lock(self) -> Lock:
-        """The current lock (a new value after each extension)."""
+        """The current lock (a new value after each lone extension, not a batch renewal)."""
         with self._guard:
             return self._lock
 

@@ -65,7 +65,11 @@ class AsyncHeldLock:
 
     @property
     def lock(self) -> Lock:
-        """The current :class:`~docmultilock.Lock` (a new value after each extension)."""
+        """The current :class:`~docmultilock.Lock`: a new value after each lone extension.
+
+        A keep-alive renewal in a batch moves the expiry estimate (``lost``) but not
+        ``expires_at``: its reply has counts, not entries.
+        """
         return self._holding.lock
 
     @property
