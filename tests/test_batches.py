@@ -22,7 +22,7 @@ from pymongo.collection import Collection
 from docmultilock import HeldLock, IncompatibleLockField, LockNotFound
 from docmultilock._batches import AGAIN, ALONE, Batch, Batching, Renewal, outcomes
 from docmultilock._keepalive import EXTENDER, AsyncExtender
-from docmultilock._renewals import Schedule, Start, Stats, Wait
+from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import MakeLock, Twins
 from tests.helpers import server_now
@@ -147,12 +147,11 @@ def test_a_lock_whose_batch_is_still_out_at_its_urgency_is_renewed_alone() -> No
 
 
 def test_a_lock_lost_while_its_batch_is_out_is_told_at_its_estimate() -> None:
-    schedule = grouped(("a", 10.0, "1"), ("b", 12.0, "2"), size=2)
-    schedule = Schedule(1, batching=lambda job: Batching("g", job))  # one slot, held by the batch
+    schedule: Schedule[str] = Schedule(1, batching=lambda job: Batching("g", job))
     schedule.add("a", 10.0, 6.0)
     schedule.add("b", 12.0, 6.0)
-    assert isinstance(schedule.next(4.0), Batch)
-    assert schedule.next(10.0).__class__.__name__ == "Lose"
+    assert isinstance(schedule.next(4.0), Batch)  # the one slot, held by the batch
+    assert schedule.next(10.0) == Lose("a")
 
 
 RENEWALS = [Renewal(1, "a", "write", 1000), Renewal(2, "b", "write", 1000)]
