@@ -33,6 +33,7 @@ __all__ = [
     "Command",
     "Filter",
     "Home",
+    "ManyCommand",
     "Verdicts",
     "encoded",
 ]
@@ -75,6 +76,13 @@ class Command(NamedTuple):
     def named(self) -> Filter:
         """The filter an error names: the caller's."""
         return self.filter if self.user_filter is None else self.user_filter
+
+
+class ManyCommand(NamedTuple):
+    """One ``update_many``: the keep-alive's batch renewal (``_batches``)."""
+
+    filter: dict[str, Any]
+    update: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)

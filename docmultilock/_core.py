@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from docmultilock._acquiring import acquire_body, lone
+from docmultilock._batches import Renewal
 from docmultilock._command import (
     DEFAULT_MAX_HOLDERS,
     DOCUMENTS,
@@ -28,14 +29,21 @@ from docmultilock._command import (
     Command,
     Filter,
     Home,
+    ManyCommand,
     Verdicts,
     encoded,
 )
 from docmultilock._converting import is_downgrade, regrant_body, upgrade_body, withdrawal_body
-from docmultilock._expr import literal
+from docmultilock._expr import SERVER_NOW, contains, literal
 from docmultilock._layout import update_stages
 from docmultilock._lock import Lock
-from docmultilock._pipeline import deletable_by, extend_body, held_by, release_body
+from docmultilock._pipeline import (
+    deletable_by,
+    extend_body,
+    held_by,
+    release_body,
+    renew_each_body,
+)
 from docmultilock._plans import (
     AcquirePlan,
     ConvertPlan,
@@ -108,6 +116,7 @@ class LockCore:
         self._withdraw_upgrade = encoded(withdrawal_body(field, clock=clock))
         self._upgrade: dict[str, Any] = {}  # upgrade bodies, encoded on first use
         self._extend = encoded(extend_body(field, clock=clock))
+        self._renew_each = encoded(renew_each_body(field, clock=clock))
 
     def acquire(
         self,
@@ -297,6 +306,47 @@ class LockCore:
             return_after=False,
             user_filter=user_filter,
         )
+
+    def renew_each(self, renewals: list[Renewal]) -> ManyCommand:
+        """The keep-alive's batch: renew each lock of ``renewals`` on its own document.
+
+        One lock per document (``_batches``); each by the lifetime stored with it.
+        """
+        docs = [renewal.document_id for renewal in renewals]
+        want = [
+            {"id": renewal.lock_id, "tag": renewal.tag, "dttl": renewal.default_ms}
+            for renewal in renewals
+        ]
+        bindings = {"docs": literal(docs), "want": literal(want), "ttl": None}
+        return ManyCommand(
+            filter={"_id": {"$in": docs}},
+            update=update_stages(self.field, self._renew_each, bindings),
+        )
+
+    def batch_read(self, renewals: list[Renewal]) -> list[dict[str, Any]]:
+        """The read after a batch that renewed fewer documents than it named.
+
+        Per document of the batch: its ``_id`` (``i``), whether its field is ours, and the
+        ids of its live, granted entries, by the server's clock (an aggregation: ``$$NOW``
+        is not defined in a ``find`` projection on the embedded server, docs/server.md).
+        """
+        batch_ids = literal([renewal.lock_id for renewal in renewals])
+        live = {
+            "$filter": {
+                "input": self.shape.holders,
+                "cond": {
+                    "$and": [
+                        contains(batch_ids, "$$this.id"),
+                        {"$gt": ["$$this.expires", SERVER_NOW]},
+                        {"$eq": ["$$this.pending", False]},
+                    ]
+                },
+            }
+        }
+        ids = {"$map": {"input": live, "in": "$$this.id"}}
+        docs = [renewal.document_id for renewal in renewals]
+        project = {"_id": 0, "i": "$_id", "ours": self.shape.ours, "live": ids}
+        return [{"$match": {"_id": {"$in": docs}}}, {"$project": project}]
 
     def guard(self, target: Filter, lock: Lock) -> dict[str, Any]:
         """A filter matching the document only while ``lock`` is granted and unexpired.

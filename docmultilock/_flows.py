@@ -27,7 +27,7 @@ from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from docmultilock._changes import ANY_GRANTED, Blockers
 from docmultilock._clock import SYSTEM_CLOCK, Clock
-from docmultilock._command import Command
+from docmultilock._command import Command, ManyCommand
 from docmultilock._failures import is_transient, translate
 from docmultilock.errors import InvalidArgument
 
@@ -41,6 +41,7 @@ __all__ = [
     "MakeTtlIndex",
     "Reread",
     "Send",
+    "SendMany",
     "Sent",
     "ServerTime",
     "Sleep",
@@ -50,6 +51,7 @@ __all__ = [
     "aggregate",
     "retry_pause",
     "send",
+    "send_many",
 ]
 
 log = logging.getLogger("docmultilock")
@@ -122,6 +124,18 @@ class Aggregate:
 
 
 @dataclass(frozen=True, slots=True)
+class SendMany:
+    """Send ``command`` (an ``update_many``) with write concern ``w`` within ``timeout``.
+
+    Gets the number of documents it modified.
+    """
+
+    command: ManyCommand
+    w: int | str
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Watch:
     """Watch document ``document_id`` for changes to the lock ``field``; get a watch or None.
 
@@ -163,7 +177,16 @@ class Unwatch:
 
 
 Effect = (
-    Send | Reread | ServerTime | Sleep | MakeTtlIndex | Aggregate | Watch | WaitChange | Unwatch
+    Send
+    | SendMany
+    | Reread
+    | ServerTime
+    | Sleep
+    | MakeTtlIndex
+    | Aggregate
+    | Watch
+    | WaitChange
+    | Unwatch
 )
 
 #: A flow: yields effects, is sent their results, returns ``T``.
@@ -293,13 +316,57 @@ def aggregate(
     the same translation of errors: pymongo's into docmultilock's, an unencodable
     ``filter`` into :class:`~docmultilock.InvalidArgument`.
     """
+    documents: list[Mapping[str, Any]] = yield from _retried(
+        lambda left: Aggregate(pipeline, left),
+        doing=doing,
+        filter=filter,
+        limit=limit,
+        clock=clock,
+        on_retry=on_retry,
+    )
+    return documents
+
+
+def send_many(
+    command: ManyCommand,
+    *,
+    doing: str,
+    w: int | str,
+    limit: float | None,
+    clock: Clock,
+) -> Flow[int]:
+    """Send one ``update_many`` and return how many documents it modified.
+
+    Retried on transient failures within ``limit`` as :func:`aggregate` is: a batch's
+    renewal is idempotent (a second one renews the same entries again).
+    """
+    modified: int = yield from _retried(
+        lambda left: SendMany(command, w, left),
+        doing=doing,
+        filter=command.filter,
+        limit=limit,
+        clock=clock,
+        on_retry=None,
+    )
+    return modified
+
+
+def _retried(
+    effect: Callable[[float | None], Effect],
+    *,
+    doing: str,
+    filter: Mapping[str, Any],  # noqa: A002
+    limit: float | None,
+    clock: Clock,
+    on_retry: Callable[[PyMongoError], object] | None,
+) -> Flow[Any]:
+    """Yield ``effect(time left)`` until it succeeds, retrying transient failures."""
     give_up = None if limit is None else clock.monotonic() + limit
     attempt = 0
     while True:
         left = None if give_up is None else max(give_up - clock.monotonic(), 0.001)
         try:
-            documents: list[Mapping[str, Any]] = yield Aggregate(pipeline, left)
-            return documents
+            return (yield effect(left))
         except PyMongoError as exc:
             pause = _retry_or_raise(exc, attempt, give_up, clock, doing, filter, on_retry)
             attempt += 1

@@ -21,13 +21,13 @@ alive through ``_keepalive``.
 from __future__ import annotations
 
 import logging
-import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from docmultilock._acquiring import capped
+from docmultilock._backoff import Backoff, check_backoff
 from docmultilock._calls import Call
 from docmultilock._changes import Blockers
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
@@ -47,12 +47,10 @@ from docmultilock.options import parse_duration
 __all__ = [
     "SAFETY_NET",
     "WAKE_MODES",
-    "Backoff",
     "HoldSpec",
     "Holding",
     "OnLost",
     "Tend",
-    "check_backoff",
     "extend_flow",
     "plan_hold",
     "release_flow",
@@ -67,19 +65,6 @@ OnLost = Callable[[Lock, LockError], object]
 
 #: Run between a waiter's attempts; answers within how many seconds it must run again.
 Tend = Callable[[], Flow[float]]
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Exponential backoff with full jitter, between ``low`` and ``high`` seconds."""
-
-    low: float
-    high: float
-
-    def bounds(self, retry: int) -> tuple[float, float]:
-        """The range the delay before retry number ``retry`` (1, 2, ...) is drawn from."""
-        # The exponent is capped: 2.0 ** 1100 overflows, and 2 ** 64 exceeds any ``high``.
-        return self.low, min(self.high, self.low * 2.0 ** min(retry, 64))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,21 +98,6 @@ WAKE_MODES = ("changes", "poll")
 
 #: With change streams, the safety-net retry comes after ``backoff``'s max times 1 to this.
 SAFETY_NET = 4.0
-
-
-def check_backoff(value: object) -> Backoff:
-    """A ``backoff=`` argument: a pair ``(min, max)`` of seconds, ``0 < min <= max``."""
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or len(value) != 2
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    ):
-        raise InvalidArgument(f"backoff must be a pair of numbers (min, max), not {value!r}")
-    low, high = float(value[0]), float(value[1])
-    if not (math.isfinite(high) and 0 < low <= high):
-        raise InvalidArgument(f"backoff must satisfy 0 < min <= max, finite; got {value!r}")
-    return Backoff(low, high)
 
 
 def plan_hold(
@@ -317,7 +287,7 @@ class Holding:
 
     @property
     def lock(self) -> Lock:
-        """The current lock (a new value after each extension)."""
+        """The current lock (a new value after each lone extension, not a batch renewal)."""
         with self._guard:
             return self._lock
 
@@ -331,6 +301,15 @@ class Holding:
         """Record an extension sent at ``sent`` that the server answered with ``lock``."""
         with self._guard:
             self._lock = lock
+            self._expires = sent + self.spec.lifetime
+
+    def extended(self, sent: float) -> None:
+        """Record a batch renewal sent at ``sent``: the estimate moves, the lock value stays.
+
+        A batch's reply holds counts, not entries, so ``lock.expires_at`` keeps the value
+        of the last lone extension (or the grant); the estimate is what the keep-alive uses.
+        """
+        with self._guard:
             self._expires = sent + self.spec.lifetime
 
     def lose(self, error: LockError) -> bool:

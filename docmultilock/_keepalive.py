@@ -1,7 +1,9 @@
 """The keep-alive's two flavours, threads and tasks: runners for the ``_renewals`` schedule.
 
 This is the one place where the sync and async shells genuinely differ; the decisions are
-``_renewals``' in both.
+``_renewals``' and ``_batches``' in both. A :class:`~docmultilock._renewals.Batch` runs in
+a slot like a lone extension: its first job's ``together`` renews the batch's holders by
+one command (``_jobs``).
 
 **Threads** (:class:`Extender`, for the sync managers).
 Each ``hold(..., keepalive=True)`` registers a :class:`Job`: how to extend its lock within a
@@ -26,15 +28,15 @@ import functools
 import itertools
 import logging
 import threading
-import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._clock import SYSTEM_CLOCK, Clock
 from docmultilock._concurrency import PerLoop, PerProcess, async_start, start
-from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
+from docmultilock._jobs import AsyncJob, Job, members
+from docmultilock._renewals import Batch, Lose, Schedule, Start, Stats, Wait
 
 __all__ = ["EXTENDER", "SLOTS", "THREAD_NAME", "AsyncExtender", "AsyncJob", "Extender", "Job"]
 
@@ -52,61 +54,6 @@ SLOTS = 8
 
 #: A worker that had nothing to do for this long ends (another starts when needed).
 WORKER_IDLE = 10.0
-
-
-@dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
-class Job:
-    """One held lock's part in the keep-alive."""
-
-    #: Extend once within the given seconds; return the new expiry estimate, or ``None``
-    #: when the lock is lost (the job has told its holder).
-    extend: Callable[[float], float | None]
-    #: Tell the holder its lock is lost: its estimate passed without a renewal.
-    lose: Callable[[], None]
-    #: Renew this many seconds before the estimate.
-    lead: float
-
-    @classmethod
-    def weakly(
-        cls,
-        extend: Callable[[float], float | None],
-        lose: Callable[[], None],
-        *,
-        lead: float,
-        name: str,
-    ) -> Job:
-        """A job that holds its holder (the owner of the bound methods) weakly.
-
-        A ``hold()`` dropped without its exit (never left, then garbage-collected) is no
-        longer renewed: its next renewal finds it gone, logs a warning naming ``name``,
-        and ends the job, so its lock expires within its lifetime and the keep-alive stops
-        once nothing else is kept. Strong references would renew it for ever.
-        """
-        extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
-
-        def extend_weakly(limit: float) -> float | None:
-            method = extending()
-            if method is None:
-                _dropped(name)
-                return None
-            return method(limit)
-
-        def lose_weakly() -> None:
-            method = losing()
-            if method is not None:
-                method()
-
-        return cls(extend_weakly, lose_weakly, lead)
-
-
-def _dropped(name: str) -> None:
-    """Log that the hold of ``name`` was dropped without its exit; its renewals end."""
-    log.warning(
-        "the hold() of %s was garbage-collected without leaving its block: no longer "
-        "renewed, it expires within its lifetime (leave a hold() with 'with' or "
-        "'async with')",
-        name,
-    )
 
 
 class Extender:
@@ -127,8 +74,8 @@ class Extender:
         self._changed = threading.Condition(self._lock)  # the coordinator waits on it
         self._handed = threading.Condition(self._lock)  # idle workers wait on it
         self._done = threading.Condition(self._lock)  # remove() waits on it
-        self._schedule: Schedule[Job] = Schedule(self._slots)
-        self._handoff: deque[tuple[Job, float]] = deque()
+        self._schedule: Schedule[Job] = Schedule(self._slots, batching=_batching)
+        self._handoff: deque[Start[Job] | Batch[Job]] = deque()
         self._coordinator: threading.Thread | None = None
         self._workers: set[threading.Thread] = set()
         self._idle = 0  # workers waiting for a handoff
@@ -179,8 +126,8 @@ class Extender:
             try:
                 while True:
                     decision = self._schedule.next(self._clock.monotonic())
-                    if isinstance(decision, Start):
-                        self._handoff.append((decision.job, decision.limit))
+                    if isinstance(decision, (Start, Batch)):
+                        self._handoff.append(decision)
                         if self._idle < len(self._handoff) and len(self._workers) < self._slots:
                             name = f"{THREAD_NAME}-{next(self._names)}"
                             self._workers.add(start(self._work, name))
@@ -211,15 +158,29 @@ class Extender:
         with self._lock:
             try:
                 while self._handoff or self._await_handoff():
-                    job, limit = self._handoff.popleft()
-                    estimate = None
-                    if self._schedule.kept(job):  # not removed while it waited for a worker
-                        estimate = self._unlocked(functools.partial(_safely, job.extend, limit))
-                    self._schedule.finished(job, estimate, self._clock.monotonic())
+                    decision = self._handoff.popleft()
+                    if isinstance(decision, Batch):
+                        self._renew_batch(decision)
+                    else:
+                        job, estimate = decision.job, None
+                        if self._schedule.kept(job):  # not removed while it waited
+                            extend = functools.partial(_safely, job.extend, decision.limit)
+                            estimate = self._unlocked(extend)
+                        self._schedule.finished(job, estimate, self._clock.monotonic())
                     self._done.notify_all()
                     self._changed.notify()
             finally:
                 self._workers.discard(threading.current_thread())
+
+    def _renew_batch(self, batch: Batch[Job]) -> None:
+        """Renew ``batch``'s jobs still kept by one command, then record each outcome."""
+        jobs, holders, results, together = members(batch.jobs, self._schedule.kept)
+        read = False
+        if together is not None:
+            done = self._unlocked(functools.partial(_safely, together, holders, batch.limit))
+            outcomes, read = (None, False) if done is None else done
+            results.update(_outcomes(jobs, outcomes))
+        self._schedule.batch_finished(batch.token, results, self._clock.monotonic(), read=read)
 
     def _await_handoff(self) -> bool:
         """Wait for an extension to run; False when none came (idle for long, or nothing kept)."""
@@ -229,6 +190,17 @@ class Extender:
         finally:
             self._idle -= 1
         return bool(self._handoff)
+
+
+def _batching(job: Job | AsyncJob) -> Batching | None:
+    return job.batching if job.together is not None else None
+
+
+def _outcomes(jobs: Sequence[Any], outcomes: Sequence[Outcome] | None) -> dict[Any, Outcome]:
+    """Each job's outcome; a batch that failed (``None``) tells nothing: :data:`AGAIN`."""
+    if outcomes is None:
+        return dict.fromkeys(jobs, AGAIN)
+    return dict(zip(jobs, outcomes, strict=True))
 
 
 def _safely(action: Callable[..., T], *args: object) -> T | None:
@@ -247,44 +219,6 @@ _PROCESS = PerProcess(Extender)
 EXTENDER = _PROCESS.get()
 
 
-@dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
-class AsyncJob:
-    """One held lock's part in an event loop's keep-alive (see :class:`Job`)."""
-
-    #: Extend once within the given seconds; the new estimate, or ``None`` when lost.
-    extend: Callable[[float], Awaitable[float | None]]
-    #: Tell the holder its lock is lost: its estimate passed without a renewal.
-    lose: Callable[[], None]
-    #: Renew this many seconds before the estimate.
-    lead: float
-
-    @classmethod
-    def weakly(
-        cls,
-        extend: Callable[[float], Awaitable[float | None]],
-        lose: Callable[[], None],
-        *,
-        lead: float,
-        name: str,
-    ) -> AsyncJob:
-        """A job that holds its holder weakly (see :meth:`Job.weakly`)."""
-        extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
-
-        async def extend_weakly(limit: float) -> float | None:
-            method = extending()
-            if method is None:
-                _dropped(name)
-                return None
-            return await method(limit)
-
-        def lose_weakly() -> None:
-            method = losing()
-            if method is not None:
-                method()
-
-        return cls(extend_weakly, lose_weakly, lead)
-
-
 class AsyncExtender:
     """Runs the keep-alive schedule on one event loop: a coordinator task, extension tasks.
 
@@ -295,10 +229,10 @@ class AsyncExtender:
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, slots: int = SLOTS) -> None:
         self._clock = clock
-        self._schedule: Schedule[AsyncJob] = Schedule(slots)
+        self._schedule: Schedule[AsyncJob] = Schedule(slots, batching=_batching)
         self._changed = asyncio.Event()
         self._coordinator: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[float | None]] = set()  # extensions in flight
+        self._tasks: set[asyncio.Task[Any]] = set()  # extensions and batches in flight
         self._telling: AsyncJob | None = None
 
     @staticmethod
@@ -340,6 +274,12 @@ class AsyncExtender:
                     )
                     self._tasks.add(task)
                     task.add_done_callback(functools.partial(self._ended, decision.job))
+                elif isinstance(decision, Batch):
+                    batch = asyncio.get_running_loop().create_task(
+                        self._renew_batch(decision), name=EXTENSION_NAME
+                    )
+                    self._tasks.add(batch)
+                    batch.add_done_callback(functools.partial(self._batch_ended, decision))
                 elif isinstance(decision, Lose):
                     self._telling = decision.job
                     _safely(decision.job.lose)
@@ -369,6 +309,31 @@ class AsyncExtender:
         except Exception:  # a job handles its own errors: a bug
             log.exception("keep-alive job %r failed; it is dropped", job)
             return None
+
+    async def _renew_batch(self, batch: Batch[AsyncJob]) -> tuple[dict[Any, Outcome], bool]:
+        jobs, holders, results, together = members(batch.jobs, self._schedule.kept)
+        read = False
+        if together is not None:
+            try:
+                outcomes, read = await together(holders, batch.limit)
+            except Exception:  # a job handles its own errors: a bug
+                log.exception("keep-alive batch of %d locks failed", len(jobs))
+                outcomes = None
+            results.update(_outcomes(jobs, outcomes))
+        return results, read
+
+    def _batch_ended(
+        self, batch: Batch[AsyncJob], task: asyncio.Task[tuple[dict[Any, Outcome], bool]]
+    ) -> None:
+        """Record how a batch ended; a cancelled one tells nothing (see :meth:`_ended`)."""
+        self._tasks.discard(task)
+        results: dict[Any, Outcome] = dict.fromkeys(batch.jobs, AGAIN)
+        read = False
+        if not task.cancelled() and task.exception() is None:
+            results, read = task.result()
+        now = self._clock.monotonic()
+        self._schedule.batch_finished(batch.token, results, now, read=read)
+        self._changed.set()
 
     def _ended(self, job: AsyncJob, task: asyncio.Task[float | None]) -> None:
         """Record how an extension ended, a cancelled one too (even one that never ran).

@@ -50,6 +50,7 @@ __all__ = [
     "next_fence",
     "release_body",
     "renew",
+    "renew_each_body",
     "state",
     "state_of",
     "unexpired",
@@ -182,11 +183,37 @@ def release_body(field: str, *, clock: bool) -> Expr:
     return on_our_field(field, {"kept": kept}, state("$$kept", "$$fence0", clock=clock))
 
 
+def _renewed(clock: bool) -> Expr:
+    """The state after renewing our live, granted entry (over ``$$live``)."""
+    return state_of(renew({}, granted_only=True), "$$fence0", clock=clock)
+
+
 def extend_body(field: str, *, clock: bool) -> Expr:
     # Only a live, granted entry of the stored tag is renewed; an expired one was just
     # pruned with the rest.
-    renewed = state_of(renew({}, granted_only=True), "$$fence0", clock=clock)
-    return on_our_field(field, {"live": unexpired()}, renewed)
+    return on_our_field(field, {"live": unexpired()}, _renewed(clock))
+
+
+def renew_each_body(field: str, *, clock: bool) -> Expr:
+    """A batch's renewal (``_batches``): in each document, the one lock the batch names for it.
+
+    ``$$docs`` lists the batch's document ids and ``$$want``, at the same index, the entry
+    each is to renew (``{id, tag, dttl}``): a document finds its own by its ``_id``, so an
+    entry with the same id on another document is never renewed. The renewal is
+    :func:`extend_body`'s, bound to that entry. Where that entry is not live and granted, or
+    the field is not ours, the field is left exactly as it was, never refused (one foreign
+    field would stop the rest of the batch): that document is then not counted modified,
+    and the reply's count tells a batch that renewed everything from one that did not.
+    """
+    unchanged = f"${field}"
+    index = {"$indexOfArray": ["$$docs", "$_id"]}
+    wanted = {"$cond": [{"$gte": ["$$k", 0]}, {"$arrayElemAt": ["$$want", "$$k"]}, None]}
+    mine = {"id": "$$w.id", "tag": "$$w.tag", "dttl": "$$w.dttl"}
+    ours = {"$and": [is_ours("$$h"), {"$eq": ["$$h.pending", False]}]}
+    held = {"$anyElementTrue": [{"$map": {"input": "$$live", "as": "h", "in": ours}}]}
+    renewed = let({"live": unexpired()}, {"$cond": [held, _renewed(clock), unchanged]})
+    bound = let({"k": index}, let({"w": wanted}, let(mine, renewed)))
+    return {"$cond": [OURS, bound, unchanged]}
 
 
 _EXPIRED: Expr = {"$lte": ["$$h.expires", "$$now"]}

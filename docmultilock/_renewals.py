@@ -11,13 +11,17 @@ after the last extension, by default). Asked "what now?", the schedule answers w
   the lock at its estimate, not whenever a stalled command gives up.
 * :class:`Start`: run this lock's extension now, within ``limit`` seconds: what is left of
   its estimate, since past it the answer cannot save the lock.
+* :class:`~docmultilock._batches.Batch`: renew these locks of one group together, by one
+  command, within ``limit`` seconds (``_batches`` says which go together).
 * :class:`Wait`: nothing to do before ``until`` (``None``: until an extension finishes).
 * :class:`Idle`: nothing is kept alive and nothing runs; the runner may stop.
 
-At most ``slots`` extensions run at once. Due renewals wait for a slot earliest estimate
-first: a renewal may run later than due as long as it lands before the estimate, so under
-load the most urgent go first and the rest spread over their slack. A stalled extension
-holds one slot until its own lock's estimate, never the other locks.
+At most ``slots`` commands (a lone extension, or a batch) run at once. Due renewals wait
+for a slot earliest estimate first: a renewal may run later than due as long as it lands
+before the estimate, so under load the most urgent go first and the rest spread over
+their slack. A stalled extension holds one slot until its own lock's estimate, never the
+other locks; a stalled batch holds one until its most urgent lock is due to be renewed
+alone (``_batches.URGENT``), and its locks are then renewed alone.
 
 Times are passed in, never read, so the decisions are tested with scripted times; the
 runners (``_keepalive``) only ask, act, and report back with :meth:`Schedule.finished`.
@@ -28,64 +32,36 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["MIN_EXTEND_TIMEOUT", "Decision", "Idle", "Lose", "Schedule", "Start", "Stats", "Wait"]
+from docmultilock._batches import (
+    AGAIN,
+    AGAIN_PAUSE,
+    ALONE,
+    MAX_BATCH,
+    URGENT,
+    WINDOW,
+    Batch,
+    Batching,
+    Outcome,
+)
+from docmultilock._decisions import MIN_EXTEND_TIMEOUT, Decision, Idle, Lose, Start, Stats, Wait
+
+__all__ = [
+    "MIN_EXTEND_TIMEOUT",
+    "Batch",
+    "Decision",
+    "Idle",
+    "Lose",
+    "Schedule",
+    "Start",
+    "Stats",
+    "Wait",
+]
 
 K = TypeVar("K", bound=Hashable)
-
-#: The least time an extension is given, even when its estimate is about to pass: the
-#: estimate is conservative, and the server may still find the lock live.
-MIN_EXTEND_TIMEOUT = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class Start(Generic[K]):
-    """Extend ``job`` now, within ``limit`` seconds; it was due ``late`` seconds ago."""
-
-    job: K
-    limit: float
-    late: float
-
-
-@dataclass(frozen=True, slots=True)
-class Lose(Generic[K]):
-    """``job``'s estimate passed without a successful renewal: tell its holder."""
-
-    job: K
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Nothing to do before ``until`` (``None``: before an extension finishes)."""
-
-    until: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """Nothing kept alive, nothing running."""
-
-
-Decision = Start[K] | Lose[K] | Wait | Idle
-
-
-@dataclass
-class Stats:
-    """What the schedule has seen since it was made (or since :meth:`Schedule.reset_stats`)."""
-
-    #: Extensions started.
-    started: int = 0
-    #: Locks that lost: past their estimate without a renewal, or found lost by an extension.
-    lost: int = 0
-    #: The most a renewal started after it was due, in seconds.
-    worst_late: float = 0.0
-    #: The sum of those delays, for the mean.
-    total_late: float = 0.0
-    #: The least time left before a lock's estimate when its renewal succeeded.
-    least_left: float = math.inf
 
 
 @dataclass(slots=True)
@@ -93,10 +69,21 @@ class _Entry:
     estimate: float
     lead: float
     version: int = 0  # bumped at each renewal: older heap items are stale
+    not_before: float = -math.inf  # after a batch that failed: not due before this
+    alone: bool = False  # renewed alone next time
 
     @property
     def due(self) -> float:
-        return self.estimate - self.lead
+        return max(self.estimate - self.lead, self.not_before)
+
+    @property
+    def urgent(self) -> float:
+        """From this time on the lock is renewed alone, never in a batch."""
+        return self.estimate - self.lead * URGENT
+
+
+def _alone(job: object) -> Batching | None:
+    return None
 
 
 #: A heap item: (time, tie-breaker, version, job). The tie-breaker is unique, so jobs are
@@ -110,12 +97,21 @@ class Schedule(Generic[K]):
 
     slots: int = 8
     stats: Stats = field(default_factory=Stats)
+    #: How a job may be batched (``None``: always alone).
+    batching: Callable[[K], Batching | None] = _alone
+    #: The most locks one batch carries.
+    batch_size: int = MAX_BATCH
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, not {self.slots}")
         self._entries: dict[K, _Entry] = {}
-        self._running: set[K] = set()  # in flight, including jobs removed or lost since
+        # In flight, by the token of their command (jobs removed or lost since included).
+        self._running: dict[K, int] = {}
+        self._flights: dict[int, int] = {}  # token: jobs of that command still in it
+        self._busy: dict[int, Hashable] = {}  # token: group, of each batch in flight
+        self._urgent: list[_Item[K]] = []  # by urgency, jobs out in a batch
+        self._tokens = itertools.count()
         self._waiting: list[_Item[K]] = []  # by due time, not yet due
         self._ready: list[_Item[K]] = []  # by estimate, due and waiting for a slot
         self._deadlines: list[_Item[K]] = []  # by estimate, every job kept
@@ -151,7 +147,7 @@ class Schedule(Generic[K]):
         return job in self._running
 
     def next(self, now: float) -> Decision[K]:
-        """What to do at ``now``; call again after acting on a :class:`Start` or :class:`Lose`."""
+        """What to do at ``now``; call again after acting on anything but :class:`Wait`."""
         # Losses first: a lock past its estimate is lost, whatever else is due.
         while self._deadlines:
             estimate, _, version, job = self._deadlines[0]
@@ -169,20 +165,156 @@ class Schedule(Generic[K]):
             if self._current(job, version):
                 entry = self._entries[job]
                 heapq.heappush(self._ready, (entry.estimate, next(self._ties), version, job))
-        while self._ready and len(self._running) < self.slots:
-            _, _, version, job = heapq.heappop(self._ready)
-            if self._current(job, version):
-                entry = self._entries[job]
-                late = max(now - entry.due, 0.0)
-                self._running.add(job)
-                self.stats.started += 1
-                self.stats.total_late += late
-                self.stats.worst_late = max(self.stats.worst_late, late)
-                return Start(job, max(entry.estimate - now, MIN_EXTEND_TIMEOUT), late)
+        # A lock out in a batch that has not answered by its urgency is renewed alone.
+        while self._urgent:
+            urgent, _, version, job = self._urgent[0]
+            if not self._current(job, version) or job not in self._running:
+                heapq.heappop(self._urgent)  # its batch answered, or it was lost or removed
+            elif urgent <= now and self._free:
+                heapq.heappop(self._urgent)
+                self._land(job)
+                return self._start(job, now)
+            else:
+                break
+        waiting: list[_Item[K]] = []  # for their group's batch in flight to answer
+        try:
+            while self._ready and self._free:
+                item = heapq.heappop(self._ready)
+                job = item[3]
+                if not self._current(job, item[2]):
+                    continue
+                if self._waits_for_its_group(job, now):
+                    waiting.append(item)
+                    continue
+                return self._batch(job, now) or self._start(job, now)
+        finally:
+            for item in waiting:
+                heapq.heappush(self._ready, item)
+        while self._waiting and not self._current(self._waiting[0][3], self._waiting[0][2]):
+            heapq.heappop(self._waiting)  # taken into a batch since: not a time to wake
         times = [heap[0][0] for heap in (self._deadlines, self._waiting) if heap]
+        if self._urgent and self._free:
+            times.append(self._urgent[0][0])
+        times.extend(self._entries[item[3]].urgent for item in waiting)
         if times:
             return Wait(min(times))
         return Wait(None) if self._running else Idle()
+
+    @property
+    def _free(self) -> bool:
+        return len(self._flights) < self.slots
+
+    def _waits_for_its_group(self, job: K, now: float) -> bool:
+        """True when ``job`` should wait for its group's batch in flight rather than start.
+
+        One batch per group at a time: on a server that runs one command at a time (the
+        embedded one), two would only queue behind each other and delay everyone else's
+        commands; the next batch gathers what came due meanwhile. An urgent lock does not
+        wait.
+        """
+        batching = self.batching(job)
+        entry = self._entries[job]
+        if batching is None or entry.alone or entry.urgent <= now:
+            return False
+        return batching.group in self._busy.values()
+
+    def _fly(self, jobs: list[K]) -> int:
+        token = next(self._tokens)
+        self._flights[token] = len(jobs)
+        for job in jobs:
+            self._running[job] = token
+        self.stats.commands += 1
+        return token
+
+    def _land(self, job: K) -> None:
+        """``job`` is no longer out (its command ended, or it was taken out of a batch)."""
+        token = self._running.pop(job, None)
+        if token is not None:
+            self._flights[token] -= 1
+            if not self._flights[token]:
+                del self._flights[token]
+                self._busy.pop(token, None)
+
+    def _late(self, entry: _Entry, now: float) -> float:
+        late = max(now - entry.due, 0.0)
+        self.stats.started += 1
+        self.stats.total_late += late
+        self.stats.worst_late = max(self.stats.worst_late, late)
+        return late
+
+    def _start(self, job: K, now: float) -> Start[K]:
+        entry = self._entries[job]
+        entry.alone = False
+        self._fly([job])
+        late = self._late(entry, now)
+        return Start(job, max(entry.estimate - now, MIN_EXTEND_TIMEOUT), late)
+
+    def _batch(self, first: K, now: float) -> Batch[K] | None:
+        """A batch of ``first`` and the renewals of its group due soon; None: alone."""
+        entry = self._entries[first]
+        batching = self.batching(first)
+        if batching is None or entry.alone or entry.urgent <= now:
+            return None
+        horizon = now + WINDOW * entry.lead
+        places = {batching.place}
+        taken: list[tuple[float, K]] = []
+        # One pass over the renewals waiting: a batch is rare next to the locks it renews.
+        for _, _, version, job in itertools.chain(self._ready, self._waiting):
+            other = self._entries.get(job)
+            if job is first or other is None or other.version != version or other.alone:
+                continue
+            if other.due > horizon or other.urgent <= now or job in self._running:
+                continue
+            joining = self.batching(job)
+            if joining is None or joining.group != batching.group or joining.place in places:
+                continue
+            places.add(joining.place)
+            taken.append((other.estimate, job))
+        taken.sort(key=lambda item: item[0])
+        jobs = [first] + [job for _, job in taken[: self.batch_size - 1]]
+        if len(jobs) == 1:
+            return None
+        late = 0.0
+        for job in jobs:
+            member = self._entries[job]
+            late = max(late, self._late(member, now))
+            # Its waiting items go stale; its deadline (the loss) and urgency stand.
+            member.version += 1
+            heapq.heappush(
+                self._deadlines, (member.estimate, next(self._ties), member.version, job)
+            )
+            heapq.heappush(self._urgent, (member.urgent, next(self._ties), member.version, job))
+        token = self._fly(jobs)
+        self._busy[token] = batching.group
+        self.stats.batches += 1
+        self.stats.batched += len(jobs)
+        # The batch ends before its most urgent lock must be renewed alone.
+        limit = min(self._entries[job].urgent for job in jobs) - now
+        return Batch(token, tuple(jobs), max(limit, MIN_EXTEND_TIMEOUT), late)
+
+    def batch_finished(
+        self, token: int, results: Mapping[K, Outcome], now: float, *, read: bool = False
+    ) -> None:
+        """Batch ``token`` returned at ``now`` with each job's outcome (``_batches``).
+
+        A job taken out of the batch since (renewed alone) keeps its own renewal's answer.
+        ``read``: the batch needed a read to tell its outcomes.
+        """
+        self.stats.reads += read
+        for job, outcome in results.items():
+            if self._running.get(job) != token:
+                continue
+            if outcome is AGAIN or outcome is ALONE:
+                self._land(job)
+                entry = self._entries.get(job)
+                if entry is not None:
+                    entry.version += 1
+                    entry.alone = outcome is ALONE
+                    if outcome is AGAIN:
+                        entry.not_before = now + AGAIN_PAUSE
+                    self._push(job, entry)
+            else:
+                self.finished(job, outcome, now)
 
     def finished(self, job: K, estimate: float | None, now: float) -> None:
         """The extension of ``job`` that started returned at ``now``.
@@ -192,7 +324,7 @@ class Schedule(Generic[K]):
         the old estimate, before :meth:`next` reported the loss: the server found the lock
         live, and it cannot revive an expired one, so the lock was held throughout.
         """
-        self._running.discard(job)
+        self._land(job)
         entry = self._entries.get(job)
         if entry is None:
             return  # removed, or reported lost, while in flight
@@ -202,6 +334,7 @@ class Schedule(Generic[K]):
             return
         self.stats.least_left = min(self.stats.least_left, entry.estimate - now)
         entry.estimate = estimate
+        entry.not_before = -math.inf
         entry.version += 1
         self._push(job, entry)
 
@@ -211,7 +344,7 @@ class Schedule(Generic[K]):
         Nothing is known of it, so the lock keeps its old estimate and is due again at once;
         the estimate passing without a renewal reports the loss, as ever.
         """
-        self._running.discard(job)
+        self._land(job)
         entry = self._entries.get(job)
         if entry is not None:
             entry.version += 1

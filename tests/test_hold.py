@@ -31,8 +31,8 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
+from docmultilock._backoff import Backoff
 from docmultilock._flows import Clock
-from docmultilock._holding import Backoff
 from docmultilock._keepalive import SLOTS, THREAD_NAME
 from docmultilock.testing import EmbeddedServer
 from tests.flavours import Portal, Twins, flavoured

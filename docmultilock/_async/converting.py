@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from docmultilock._async.driver import AsyncRunner
-from docmultilock._holding import check_backoff
+from docmultilock._backoff import check_backoff
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock.options import Duration

@@ -28,6 +28,7 @@ from docmultilock._flows import (
     MakeTtlIndex,
     Reread,
     Send,
+    SendMany,
     ServerTime,
     Sleep,
     Unwatch,
@@ -75,6 +76,12 @@ class AsyncMongoIO:
                 if effect.settle:  # seen through, so that a withdrawal comes after it
                     return await AsyncSettle.reply(sending, effect.timeout)
                 return await sending
+        if isinstance(effect, SendMany):
+            with _deadline(effect.timeout):
+                result = await self._view(effect.w).update_many(
+                    effect.command.filter, effect.command.update, collation=SIMPLE_COLLATION
+                )
+            return result.modified_count
         if isinstance(effect, Sleep):
             await clock.asleep(effect.seconds)
             return None

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from docmultilock._async.driver import AsyncRunner
+from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._flavour import AsyncOnly
 from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
 from docmultilock._keepalive import AsyncExtender, AsyncJob
 from docmultilock._lock import Lock
 from docmultilock._lockset import LockSet, take_all_flow
 from docmultilock._operations import LockOperations
+from docmultilock._renewing import renew_together
 from docmultilock.errors import DbTimeout, InvalidArgument, LockError
 
 __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
@@ -51,11 +54,15 @@ class AsyncHeldLock:
         # A lock of a set shares the set's event: it tells that any lock of the set is lost.
         self.lost = asyncio.Event() if lost is None else lost
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
+        # Renewed in batches with the other holds of its manager (one runner per manager)
+        # under the same write concern, one lock per document in each batch.
         self._job = AsyncJob.weakly(
             self._renew,
             self._overdue,
             lead=spec.lifetime - spec.every,
             name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
+            batching=Batching((runner, spec.call.concern), repr(holding.lock.document_id)),
+            together=_renew_together,
         )
 
     def __repr__(self) -> str:
@@ -67,7 +74,11 @@ class AsyncHeldLock:
 
     @property
     def lock(self) -> Lock:
-        """The current :class:`~docmultilock.Lock` (a new value after each extension)."""
+        """The current :class:`~docmultilock.Lock`: a new value after each lone extension.
+
+        A keep-alive renewal in a batch moves the expiry estimate (``lost``) but not
+        ``expires_at``: its reply has counts, not entries.
+        """
         return self._holding.lock
 
     @property
@@ -162,6 +173,29 @@ class AsyncHeldLock:
             self._lose(lost)
         if not quiet and self._holding.error is not None:
             raise self._holding.error
+
+
+async def _renew_together(
+    helds: Sequence[AsyncHeldLock], limit: float
+) -> tuple[list[Outcome], bool]:
+    """Renew ``helds`` (one manager's, one per document) by one command; tell the losses."""
+    first = helds[0]
+    try:
+        results, read = await first._run.unmapped(
+            renew_together(
+                first._ops, [held._holding for held in helds], limit=limit, clock=first._run.clock
+            )
+        )
+    except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
+        log.exception("keep-alive batch of %d locks failed", len(helds))
+        return [AGAIN] * len(helds), False
+    told: list[Outcome] = []
+    for held, result in zip(helds, results, strict=True):
+        if isinstance(result, LockError):
+            held._lose(result)
+            result = None
+        told.append(None if held.lost.is_set() else result)
+    return told, read
 
 
 class AsyncHold(AsyncOnly):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from docmultilock._holding import check_backoff
+from docmultilock._backoff import check_backoff
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock._sync.driver import Runner

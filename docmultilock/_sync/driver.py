@@ -29,6 +29,7 @@ from docmultilock._flows import (
     MakeTtlIndex,
     Reread,
     Send,
+    SendMany,
     ServerTime,
     Sleep,
     Unwatch,
@@ -77,6 +78,12 @@ class MongoIO:
                 if effect.settle:  # seen through, so that a withdrawal comes after it
                     return Settle.reply(sending, effect.timeout)
                 return sending
+        if isinstance(effect, SendMany):
+            with _deadline(effect.timeout):
+                result = self._view(effect.w).update_many(
+                    effect.command.filter, effect.command.update, collation=SIMPLE_COLLATION
+                )
+            return result.modified_count
         if isinstance(effect, Sleep):
             clock.sleep(effect.seconds)
             return None

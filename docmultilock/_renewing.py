@@ -1,0 +1,77 @@
+"""The keep-alive's batch renewal as a flow: one ``update_many``, and a read when it fell short.
+
+:func:`renew_together` renews the locks of several holders of one manager by one command
+(``LockCore.renew_each``), reads the batch's documents when the reply's count shows fewer
+renewed than named (``LockCore.batch_read``), and tells each lock's outcome
+(``_batches.outcomes``). A renewed lock's estimate starts from the send time, as after a
+lone renewal (``_holding.Holding``); a lost one gets the error a lone renewal would have
+raised; a batch that failed or went unanswered tells nothing (:data:`~docmultilock._batches.AGAIN`),
+leaving every estimate as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from docmultilock._batches import AGAIN, Outcome, Renewal, outcomes
+from docmultilock._flows import Clock, Flow, aggregate, send_many
+from docmultilock._holding import Holding
+from docmultilock._operations import LockOperations
+from docmultilock.errors import LockError
+
+__all__ = ["renew_together"]
+
+log = logging.getLogger("docmultilock")
+
+
+def renew_together(
+    ops: LockOperations, holdings: Sequence[Holding], *, limit: float, clock: Clock
+) -> Flow[tuple[list[Outcome | LockError], bool]]:
+    """Renew ``holdings`` (one per document) within ``limit`` seconds, by one command.
+
+    Returns each one's outcome (a :class:`LockError` for a lost lock, to tell its holder)
+    and whether a read was needed.
+    """
+    core = ops.core
+    renewals = [
+        Renewal(h.lock.document_id, h.lock.id, h.lock.tag, core.rules.lifetime_ms[h.lock.tag])
+        for h in holdings
+    ]
+    spec = holdings[0].spec
+    if spec.call.limit is not None:
+        limit = min(limit, spec.call.limit)
+    command = core.renew_each(renewals)
+    sent = clock.monotonic()
+    give_up = sent + limit
+    read = None
+    try:
+        modified = yield from send_many(
+            command, doing="renew kept-alive locks", w=spec.call.concern, limit=limit, clock=clock
+        )
+        if modified < len(renewals):
+            read = yield from aggregate(
+                core.batch_read(renewals),
+                doing="read a batch of kept-alive locks",
+                filter=command.filter,
+                limit=max(give_up - clock.monotonic(), 0.001),
+                clock=clock,
+            )
+    except LockError as err:
+        # Unanswered or failed: nothing is known, every estimate stands (the schedule
+        # renews these locks again shortly, or alone once urgent).
+        log.debug("a keep-alive batch of %d locks failed: %s", len(renewals), err)
+        return [AGAIN] * len(renewals), read is not None
+    estimates = [sent + h.spec.lifetime for h in holdings]
+    results: list[Outcome | LockError] = []
+    for holding, outcome in zip(
+        holdings, outcomes(renewals, modified, read, estimate=estimates), strict=True
+    ):
+        if outcome is None:
+            lock = holding.lock
+            results.append(core.judge.lost(lock, holding.spec.call.user_filter, "extend"))
+        else:
+            if isinstance(outcome, float):
+                holding.extended(sent)
+            results.append(outcome)
+    return results, read is not None
