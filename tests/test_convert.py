@@ -8,6 +8,7 @@ for a conversion to the same tag) and both flavours.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -311,3 +312,47 @@ def test_breaking_a_lock_with_a_pending_upgrade_removes_both_entries(rw: Place) 
     assert [h.id for h in rw.locks.inspect(rw.key).holders] == [other.id]
     with pytest.raises(LockNotFound):
         rw.locks.convert(rw.key, refusal.lock, tag="write")
+
+
+# -- a lock held by hold() converted through its HeldLock -----------------------------------
+
+#: Renewed every 0.2 s: a keep-alive renewing the lock as it was would find it gone.
+KEPT_ALIVE: dict[str, Any] = {"keepalive": True, "lock_timeout": 1.5, "extend_every": 0.2}
+
+
+def test_a_held_lock_upgraded_in_its_block_stays_held_and_kept_alive(rw: Place) -> None:
+    with rw.locks.hold(
+        rw.key, tag="read", keepalive=True, lock_timeout=1.5, extend_every=0.2
+    ) as held:
+        upgraded = held.convert("write")
+        assert (held.lock.tag, held.lock.id) == ("write", upgraded.id)
+        assert rw.home.count_documents(held.guard()) == 1
+        time.sleep(1.0)  # several renewals of the converted lock
+        assert not held.lost.is_set()
+        with pytest.raises(CooperativeLock):
+            take(rw, "read")  # the write lock refuses readers
+
+
+def test_a_held_upgrade_beside_a_reader_is_pending_and_the_read_lock_stays_held(
+    rw: Place,
+) -> None:
+    other = take(rw, "read")
+    with rw.locks.hold(
+        rw.key, tag="read", keepalive=True, lock_timeout=1.5, extend_every=0.2
+    ) as held:
+        with pytest.raises(AssertiveLock):
+            held.convert("write")
+        assert held.lock.tag == "read"
+        assert rw.home.count_documents(held.guard()) == 1
+        rw.locks.release(rw.key, other)
+        assert held.convert("write").tag == "write"  # continued, now that the reader left
+        assert not held.lost.is_set()
+
+
+def test_a_held_lock_downgraded_in_its_block_lets_readers_in(rw: Place) -> None:
+    with rw.locks.hold(rw.key, tag="write", keepalive=True) as held:
+        held.convert("read")
+        reader = take(rw, "read")
+        assert held.lock.tag == "read"
+        rw.locks.release(rw.key, reader)
+    assert not held.lost.is_set()

@@ -22,7 +22,7 @@ from docmultilock._lock import Lock
 from docmultilock._lockset import LockSet, take_all_flow
 from docmultilock._operations import LockOperations
 from docmultilock._renewing import renew_together
-from docmultilock.errors import DbTimeout, InvalidArgument, LockError
+from docmultilock.errors import DbTimeout, InvalidArgument, LockError, LockNotFound
 
 __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
@@ -111,6 +111,51 @@ class AsyncHeldLock:
         error = self._ops.lost_write(self._holding.spec.key, self.lock)
         self._lose(error)
         raise self._run.mapped(error)
+
+    async def convert(self, tag: str) -> Lock:
+        """Convert this held lock to ``tag`` (an upgrade or a downgrade), and go on holding it.
+
+        As the manager's ``convert()`` decides, in one command, with the hold's lifetime,
+        timeout and write concern; from then on :meth:`guard`, the keep-alive and the exit
+        act on the converted lock. An upgrade beside other readers raises
+        :class:`~docmultilock.AssertiveLock` while this lock stays held (and kept alive) as
+        it was; call ``convert`` again to continue the pending upgrade before it lapses::
+
+            async with locks.hold({"_id": 1}, tag="read", keepalive=True) as held:
+                await held.convert("write")  # AssertiveLock while other readers hold it
+                held.require(await orders.update_one(held.guard(), change))
+
+        Converting ``held.lock`` through the manager instead would leave this hold renewing
+        a lock that no longer exists, and report it lost.
+
+        :raises LockNotFound: the lock was lost (``lost`` is set).
+        """
+        holding = self._holding
+        spec = holding.spec
+        call, _ = self._ops.converting(spec.key, self.lock, tag=tag)
+        # The hold's own bounds, and its lifetime: its estimate and schedule are made for it.
+        call = call._replace(
+            lifetime_ms=round(spec.lifetime * 1000),
+            limit=spec.call.limit,
+            concern=spec.call.concern,
+        )
+        # No renewal of the old lock may race the conversion: it would find it gone.
+        if spec.keepalive:
+            await AsyncExtender.current().remove(self._job)
+        try:
+            sent = self._run.clock.monotonic()
+            lock = await self._run.unmapped(self._ops.convert(call, clock=self._run.clock))
+        except LockNotFound as err:
+            self._lose(err)
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+        except LockError as err:
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+        else:
+            holding.renewed(lock, sent)
+            return lock
+        finally:
+            if not self.lost.is_set():
+                self._keep_alive()
 
     def _keep_alive(self) -> None:
         """Have the keep-alive extend this lock from now on, if the hold asked for it."""
