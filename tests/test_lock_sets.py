@@ -5,9 +5,10 @@ Over every lock manager and both flavours (the ``subject`` fixture of ``test_hol
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, cast
 
@@ -67,6 +68,18 @@ def acquire(subject: Subject, manager: Any, key: Any) -> Lock:
     if subject.tag is None:
         return cast(Lock, manager.acquire(key))
     return cast(Lock, manager.acquire(key, tag=subject.tag))
+
+
+@contextlib.contextmanager
+def held_for(subject: Subject, key: Any, seconds: float) -> Iterator[None]:
+    """``key`` held by another manager, which releases it ``seconds`` after entering."""
+    other = subject.manager()
+    timer = threading.Timer(seconds, other.release, (key, acquire(subject, other, key)))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.join()
 
 
 def steal(subject: Subject, key: Any) -> None:
@@ -155,31 +168,17 @@ def test_a_wait_that_runs_out_leaves_nothing_held_and_names_the_key(subject: Sub
 
 def test_a_waiting_set_is_granted_once_the_other_holder_leaves(subject: Subject) -> None:
     a, b = keys(subject, 1, 2)
-    other = subject.manager()
-    lock = acquire(subject, other, b)
-    timer = threading.Timer(0.3, other.release, (b, lock))
-    timer.start()
-    try:
-        with hold_all(subject, [a, b], wait=30.0, backoff=(0.01, 0.1)) as held:
-            assert len(held.locks) == 2
-    finally:
-        timer.join()
+    with held_for(subject, b, 0.3), hold_all(subject, [a, b], wait=30.0) as held:
+        assert len(held.locks) == 2
 
 
 def test_the_locks_taken_first_are_extended_while_the_set_waits(subject: Subject) -> None:
     a, b = keys(subject, 1, 2)
-    other = subject.manager()
-    lock = acquire(subject, other, b)
-    timer = threading.Timer(2.5, other.release, (b, lock))
-    timer.start()
-    try:
-        with hold_all(subject, [a, b], wait=30.0, lock_timeout=1.0) as held:
-            first = held.locks[0]
-            # Taken about 2.5 s ago with a 1 s lifetime: only extensions kept it alive.
-            assert not held.lost.is_set()
-            assert first.expires_at - first.acquired_at > timedelta(seconds=2.0)
-    finally:
-        timer.join()
+    with held_for(subject, b, 2.5), hold_all(subject, [a, b], wait=30.0, lock_timeout=1.0) as held:
+        first = held.locks[0]
+        # Taken about 2.5 s ago with a 1 s lifetime: only extensions kept it alive.
+        assert not held.lost.is_set()
+        assert first.expires_at - first.acquired_at > timedelta(seconds=2.0)
 
 
 def test_guard_and_require_act_on_the_keys_own_lock(subject: Subject) -> None:
