@@ -129,7 +129,6 @@ class LockSet:
     ordered: tuple[HoldSpec, ...]
     places: tuple[int, ...]
     keys: tuple[tuple[Any, ...], ...]
-    wait: float | None
 
     def in_callers_order(self, values: Sequence[Any]) -> list[Any]:
         """``values``, given in canonical order, put back in the caller's."""
@@ -149,7 +148,12 @@ class LockSet:
 
 def identify(ops: LockOperations, key: object) -> tuple[Any, ...]:
     """The order key of ``key``'s document: a filter's ``_id`` equality, or a name."""
-    user_filter = ops.key_filter(key)
+    return _identity(key, ops.key_filter(key), ops.codec_options)
+
+
+def _identity(
+    key: object, user_filter: Mapping[str, Any], codec: CodecOptions[Any]
+) -> tuple[Any, ...]:
     named = user_filter.get("_id", _MISSING)
     if named is _MISSING or (
         isinstance(named, Mapping) and any(str(field).startswith("$") for field in named)
@@ -158,19 +162,32 @@ def identify(ops: LockOperations, key: object) -> tuple[Any, ...]:
             f"each key of a lock set must select one document by _id equality "
             f"(such as {{'_id': 42}}), not {key!r}: the set is taken in _id order"
         )
-    return order_key(named, ops.codec_options)
+    return order_key(named, codec)
 
 
 _MISSING = object()
 
 
-def canonical(ops: LockOperations, keys: object) -> tuple[list[tuple[Any, ...]], list[int]]:
-    """Each key's order key (in the caller's order), and the canonical order of the keys.
+def canonical(
+    calls: Sequence[Call], codec_options: CodecOptions[Any]
+) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """Each call's order key (in the caller's order), and the canonical order of the calls.
 
-    :raises InvalidArgument: ``keys`` is empty, not a sequence, names a document twice, or a
-        filter in it does not select its document by ``_id`` equality.
+    The keys were parsed once, into ``calls``; their filters are read from there.
+
+    :raises InvalidArgument: two keys select one document, or a filter does not select
+        its document by ``_id`` equality.
     """
-    identified = _checked_keys(ops, keys)
+    identified = [_identity(c.key, c.user_filter, codec_options) for c in calls]
+    seen: dict[tuple[Any, ...], int] = {}
+    for index, identity in enumerate(identified):
+        if identity in seen:
+            first = seen[identity]
+            raise InvalidArgument(
+                f"keys {calls[first].key!r} and {calls[index].key!r} (at {first} and "
+                f"{index}) select the same document: a lock set takes each lock once"
+            )
+        seen[identity] = index
     return identified, sorted(range(len(identified)), key=identified.__getitem__)
 
 
@@ -183,20 +200,6 @@ def key_sequence(keys: object) -> Sequence[Any]:
     if not keys:
         raise InvalidArgument("a lock set needs at least one key; keys is empty")
     return keys
-
-
-def _checked_keys(ops: LockOperations, keys: object) -> list[tuple[Any, ...]]:
-    keys = key_sequence(keys)
-    identified = [identify(ops, key) for key in keys]
-    seen: dict[tuple[Any, ...], int] = {}
-    for index, identity in enumerate(identified):
-        if identity in seen:
-            raise InvalidArgument(
-                f"keys {keys[seen[identity]]!r} and {keys[index]!r} (at {seen[identity]} and "
-                f"{index}) select the same document: a lock set takes each lock once"
-            )
-        seen[identity] = index
-    return identified
 
 
 #: ``hold()``'s options of a set tried once (``acquire_all``).
@@ -217,17 +220,16 @@ def plan_set(
     ``acquiring`` are the arguments of one acquisition (``tag``, ``lock_timeout``,
     ``timeout``, ``w``), ``holding`` those of ``hold()`` (none: the set is tried once).
 
-    :raises InvalidArgument: as :func:`canonical` does, or for any argument, before
-        anything is written.
+    :raises InvalidArgument: ``keys`` is empty or not a sequence, as :func:`canonical`
+        does, or for any argument, before anything is written.
     """
     calls = [ops.acquiring(key, **acquiring) for key in key_sequence(keys)]
     spec = plan_hold(ops, calls[0], **{**_ONCE, **holding})
-    identified, order = canonical(ops, keys)
+    identified, order = canonical(calls, ops.codec_options)
     return LockSet(
         ordered=tuple(dataclasses.replace(spec, call=calls[index]) for index in order),
         places=tuple(order),
         keys=tuple(identified),
-        wait=spec.wait,
     )
 
 

@@ -197,5 +197,5 @@ class AsyncHolds:
             self._ops.holding(key, lock, granted=False, timeout=timeout, w=w)
             for key, lock in zip(keys, locks, strict=True)
         ]
-        _, order = canonical(self._ops, keys)
+        _, order = canonical(calls, self._ops.codec_options)
         await self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))

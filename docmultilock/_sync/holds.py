@@ -199,5 +199,5 @@ class Holds:
             self._ops.holding(key, lock, granted=False, timeout=timeout, w=w)
             for key, lock in zip(keys, locks, strict=True)
         ]
-        _, order = canonical(self._ops, keys)
+        _, order = canonical(calls, self._ops.codec_options)
         self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))
