@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from docmultilock._backoff import Backoff, check_backoff
 from docmultilock._calls import Call
 from docmultilock._changes import Blockers
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
+from docmultilock._keywords import HoldOptions, NewLockOptions, OnLost, take_keywords
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock.errors import (
@@ -49,19 +50,16 @@ __all__ = [
     "WAKE_MODES",
     "HoldSpec",
     "Holding",
-    "OnLost",
     "Tend",
     "extend_flow",
     "plan_hold",
     "release_flow",
     "renew_flow",
+    "split_hold",
     "wait_flow",
 ]
 
 log = logging.getLogger("docmultilock")
-
-#: Called once, from wherever the loss was found, with the lock and why it is lost.
-OnLost = Callable[[Lock, LockError], object]
 
 #: Run between a waiter's attempts; answers within how many seconds it must run again.
 Tend = Callable[[], Flow[float]]
@@ -96,26 +94,39 @@ class HoldSpec:
 #: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
 WAKE_MODES = ("changes", "poll")
 
+#: ``hold(backoff=...)``'s default: ``(min, max)`` seconds between attempts.
+DEFAULT_BACKOFF = (0.01, 0.8)
+
+#: The options of :class:`HoldOptions` that are the acquisition's.
+_ACQUIRING = NewLockOptions.__optional_keys__
+
 #: With change streams, the safety-net retry comes after ``backoff``'s max times 1 to this.
 SAFETY_NET = 4.0
 
 
-def plan_hold(
-    ops: LockOperations,
-    call: Call,
-    *,
-    wait: object,
-    backoff: object,
-    keepalive: object,
-    extend_every: object,
-    on_lost: object,
-    wake: object = "changes",
-    fair: object = False,
-) -> HoldSpec:
-    """Check the rest of ``hold()``'s arguments (``call``, its acquisition's, is checked).
+def split_hold(options: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``hold()``'s options (:class:`HoldOptions`) as its acquisition's, and the rest.
 
-    Raises :class:`InvalidArgument` before any write.
+    :raises TypeError: a keyword ``where`` does not take, as Python would.
     """
+    take_keywords(options, HoldOptions, where)
+    acquiring = {name: value for name, value in options.items() if name in _ACQUIRING}
+    return acquiring, {name: options[name] for name in options.keys() - _ACQUIRING}
+
+
+def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> HoldSpec:
+    """Check the rest of ``hold()``'s options (``call``, its acquisition's, is checked).
+
+    ``holding`` are the options of :class:`HoldOptions` that are not an acquisition's;
+    one left out takes the default that class states. Raises :class:`InvalidArgument`
+    before any write.
+    """
+    wait = holding.get("wait")
+    keepalive = holding.get("keepalive", False)
+    extend_every = holding.get("extend_every")
+    on_lost = holding.get("on_lost")
+    wake = holding.get("wake", "changes")
+    fair = holding.get("fair", False)
     if wake not in WAKE_MODES:
         raise InvalidArgument(f"wake must be one of {', '.join(WAKE_MODES)}, not {wake!r}")
     if not isinstance(fair, bool):
@@ -140,7 +151,7 @@ def plan_hold(
     return HoldSpec(
         call=call,
         wait=None if wait is None else parse_duration(wait, "wait"),
-        backoff=check_backoff(backoff),
+        backoff=check_backoff(holding.get("backoff", DEFAULT_BACKOFF)),
         keepalive=keepalive,
         every=every,
         lifetime=lifetime,

@@ -64,6 +64,9 @@ def break_mode(lock_id: object, all_expired: bool, everyone: bool) -> str:
         )
         if given
     ]
+    for name, flag in (("all_expired", all_expired), ("everyone", everyone)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name} must be True or False, not {flag!r}")
     if len(chosen) != 1:
         raise InvalidArgument("give exactly one of lock_id=, all_expired=True or everyone=True")
     if lock_id is not None and not isinstance(lock_id, str):

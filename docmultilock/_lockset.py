@@ -202,29 +202,23 @@ def key_sequence(keys: object) -> Sequence[Any]:
     return keys
 
 
-#: ``hold()``'s options of a set tried once (``acquire_all``).
-_ONCE: dict[str, Any] = {
-    "wait": None,
-    "backoff": (0.01, 0.8),
-    "keepalive": False,
-    "extend_every": None,
-    "on_lost": None,
-}
-
-
 def plan_set(
-    ops: LockOperations, keys: object, *, acquiring: Mapping[str, Any], **holding: Any
+    ops: LockOperations,
+    keys: object,
+    *,
+    acquiring: Mapping[str, Any],
+    holding: Mapping[str, Any] | None = None,
 ) -> LockSet:
-    """The set of ``keys``, each acquired as ``acquiring`` and held as ``holding`` says.
+    """The set of ``keys``, each acquired as ``acquiring`` says and held as ``holding`` does.
 
-    ``acquiring`` are the arguments of one acquisition (``tag``, ``lock_timeout``,
-    ``timeout``, ``w``), ``holding`` those of ``hold()`` (none: the set is tried once).
+    ``acquiring`` are the options of one acquisition, ``holding`` the rest of ``hold()``'s
+    (as :func:`~docmultilock._holding.split_hold` parts them; none: the set is tried once).
 
     :raises InvalidArgument: ``keys`` is empty or not a sequence, as :func:`canonical`
         does, or for any argument, before anything is written.
     """
     calls = [ops.acquiring(key, **acquiring) for key in key_sequence(keys)]
-    spec = plan_hold(ops, calls[0], **{**_ONCE, **holding})
+    spec = plan_hold(ops, calls[0], holding or {})
     identified, order = canonical(calls, ops.codec_options)
     return LockSet(
         ordered=tuple(dataclasses.replace(spec, call=calls[index]) for index in order),

@@ -234,9 +234,9 @@ class Operating:
         self,
         key: object,
         *,
-        lock_id: object,
-        all_expired: bool,
-        everyone: bool,
+        lock_id: object = None,
+        all_expired: bool = False,
+        everyone: bool = False,
         timeout: Duration | None = None,
         w: int | str | None = None,
     ) -> tuple[Call, str, str | None]:

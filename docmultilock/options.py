@@ -18,15 +18,39 @@ import marshmallow
 from marshmallow import fields, validate
 
 from docmultilock._command import DEFAULT_MAX_HOLDERS
+from docmultilock._events import KINDS
+from docmultilock._keywords import (
+    AcquireOptions,
+    BreakOptions,
+    Duration,
+    ErrorFactory,
+    HoldOptions,
+    ManagerOptions,
+    MultiLockOptions,
+    NamedLocksOptions,
+    NewLockOptions,
+    PreviewOptions,
+    WriteLockOptions,
+)
 from docmultilock._rules import TagRules, build_rules, check_relationships
-from docmultilock.errors import InvalidArgument, InvalidConfiguration, LockError
+from docmultilock.errors import InvalidArgument, InvalidConfiguration
 
-__all__ = ["Duration", "ErrorFactory", "LockOptions", "load_options"]
+__all__ = [
+    "AcquireOptions",
+    "BreakOptions",
+    "Duration",
+    "ErrorFactory",
+    "HoldOptions",
+    "LockOptions",
+    "ManagerOptions",
+    "MultiLockOptions",
+    "NamedLocksOptions",
+    "NewLockOptions",
+    "PreviewOptions",
+    "WriteLockOptions",
+    "load_options",
+]
 
-#: Seconds as a number, or a timedelta.
-Duration = float | int | timedelta
-#: Turns a LockError into the exception to raise instead (e.g. a framework's HTTP error).
-ErrorFactory = Callable[[LockError], BaseException]
 
 _MAX_TAG_LENGTH = 256
 
@@ -181,6 +205,16 @@ class _OptionsSchema(marshmallow.Schema):
         load_default=DEFAULT_MAX_HOLDERS,
         validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT),
     )
+
+    listener = fields.Raw(allow_none=True, load_default=None)
+
+    @marshmallow.validates("listener")
+    def _listens(self, value: Any, **kwargs: Any) -> None:
+        # A listener may define only the hooks it wants; one with none would hear nothing.
+        if value is not None and not any(callable(getattr(value, f"on_{k}", None)) for k in KINDS):
+            raise marshmallow.ValidationError(
+                f"must be a LockListener (or have its on_* methods), not {type(value).__name__}"
+            )
 
     @marshmallow.validates("error_factory")
     def _callable(self, value: Any, **kwargs: Any) -> None:

@@ -34,6 +34,8 @@ CORE = frozenset({
     "docmultilock._failures",
     "docmultilock._flavour",
     "docmultilock._flows",
+    "docmultilock._keywords",
+    "docmultilock._kinds",
     "docmultilock._indexes",
     "docmultilock._inspection",
     "docmultilock._layout",

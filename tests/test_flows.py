@@ -351,7 +351,7 @@ def _spec(ops: LockOperations, **kwargs: Any) -> Any:
         DOC,
         **{name: arguments.pop(name) for name in ("tag", "lock_timeout", "timeout", "w")},
     )
-    return plan_hold(ops, call, **arguments)
+    return plan_hold(ops, call, arguments)
 
 
 def test_wait_sleeps_within_full_jitter_between_refusals() -> None:

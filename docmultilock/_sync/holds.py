@@ -13,9 +13,10 @@ the order and the all or nothing; this shell only runs them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from docmultilock._holding import OnLost, plan_hold
+from docmultilock._holding import plan_hold, split_hold
+from docmultilock._keywords import HoldOptions, NewLockOptions, Unpack, take_keywords
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -39,22 +40,7 @@ class Holds:
     _ops: LockOperations
     _run: Runner
 
-    def hold(
-        self,
-        key: Any,
-        *,
-        tag: str | None = None,
-        wait: Duration | None = None,
-        backoff: tuple[float, float] = (0.01, 0.8),
-        keepalive: bool = False,
-        extend_every: Duration | None = None,
-        on_lost: OnLost | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-        wake: Literal["changes", "poll"] = "changes",
-        fair: bool = False,
-    ) -> Hold:
+    def hold(self, key: Any, **options: Unpack[HoldOptions]) -> Hold:
         """Hold a lock on ``key`` for the span of a ``with`` block; release it after.
 
         ::
@@ -82,37 +68,15 @@ class Holds:
             meanwhile (or the error that made the keep-alive fail): the block was not
             protected throughout. An exception from the block itself is never replaced.
         :raises InvalidArgument: before anything is written.
+
+        The options are :class:`~docmultilock.options.HoldOptions`: an acquisition's
+        (``tag``, ``lock_timeout``, ``timeout``, ``w``) and the ones above.
         """
-        call = self._ops.acquiring(key, tag=tag, lock_timeout=lock_timeout, timeout=timeout, w=w)
-        spec = plan_hold(
-            self._ops,
-            call,
-            wait=wait,
-            backoff=backoff,
-            keepalive=keepalive,
-            extend_every=extend_every,
-            on_lost=on_lost,
-            wake=wake,
-            fair=fair,
-        )
+        acquiring, holding = split_hold(options, "hold")
+        spec = plan_hold(self._ops, self._ops.acquiring(key, **acquiring), holding)
         return Hold(self._ops, self._run, spec)
 
-    def hold_all(
-        self,
-        keys: Sequence[Any],
-        *,
-        tag: str | None = None,
-        wait: Duration | None = None,
-        backoff: tuple[float, float] = (0.01, 0.8),
-        keepalive: bool = False,
-        extend_every: Duration | None = None,
-        on_lost: OnLost | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-        wake: Literal["changes", "poll"] = "changes",
-        fair: bool = False,
-    ) -> HoldAll:
+    def hold_all(self, keys: Sequence[Any], **options: Unpack[HoldOptions]) -> HoldAll:
         """Hold a ``tag`` lock on every key for the span of a ``with`` block.
 
         The locks are taken in one canonical order (by ``_id``, in MongoDB's comparison
@@ -135,41 +99,24 @@ class Holds:
         :raises LockConflict: a key refused, without ``wait`` (its error names it).
         :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
-        locks = plan_set(
-            self._ops,
-            keys,
-            acquiring={"tag": tag, "lock_timeout": lock_timeout, "timeout": timeout, "w": w},
-            wait=wait,
-            backoff=backoff,
-            keepalive=keepalive,
-            extend_every=extend_every,
-            on_lost=on_lost,
-            wake=wake,
-            fair=fair,
-        )
+        acquiring, holding = split_hold(options, "hold_all")
+        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=holding)
         return HoldAll(self._ops, self._run, locks)
 
-    def acquire_all(
-        self,
-        keys: Sequence[Any],
-        *,
-        tag: str | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-    ) -> list[Lock]:
+    def acquire_all(self, keys: Sequence[Any], **options: Unpack[NewLockOptions]) -> list[Lock]:
         """Acquire a ``tag`` lock on every key, all or nothing, trying once; the locks in order.
 
         For a set held across requests (each lock goes to a client through
         :class:`~docmultilock.LockSchema`); :meth:`release_all` gives them back. Taken in
         :meth:`hold_all`'s canonical order; a refusal releases what was taken and raises
-        that key's error (an assertive refusal's pending entry withdrawn).
+        that key's error (an assertive refusal's pending entry withdrawn). The options are
+        an acquisition's (:class:`~docmultilock.options.NewLockOptions`), for every lock.
 
         :raises InvalidArgument: as :meth:`hold_all`.
         :raises LockConflict: a key refused (its error names it).
         """
-        acquiring = {"tag": tag, "lock_timeout": lock_timeout, "timeout": timeout, "w": w}
-        locks = plan_set(self._ops, keys, acquiring=acquiring)
+        take_keywords(options, NewLockOptions, "acquire_all")
+        locks = plan_set(self._ops, keys, acquiring=options)
         taken = self._run(take_all_flow(self._ops, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 

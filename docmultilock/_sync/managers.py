@@ -9,24 +9,32 @@ Each public method parses its arguments once into a call (``_calls.Call``, check
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pymongo.collection import Collection
 
 from docmultilock._args import check_flavour
-from docmultilock._command import DEFAULT_MAX_HOLDERS, DOCUMENTS, EXCLUSIVE, SHARED, Verdicts
-from docmultilock._events import LockListener
+from docmultilock._command import DOCUMENTS
 from docmultilock._flows import SYSTEM_CLOCK, Clock
+from docmultilock._keywords import (
+    AcquireOptions,
+    BreakOptions,
+    MultiLockOptions,
+    PreviewOptions,
+    Unpack,
+    WriteLockOptions,
+    take_keywords,
+)
+from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
-from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
 from docmultilock._sync.holds import Holds
-from docmultilock.options import Duration, ErrorFactory, LockOptions, load_options
+from docmultilock.options import Duration, LockOptions
 
 __all__ = ["LockManager", "MultiLock", "WriteLock"]
 
@@ -82,13 +90,7 @@ class LockManager(Converting, Holds):
         return self._run(self._ops.locked(call, clock=self._run.clock))
 
     def preview_break(
-        self,
-        key: Any,
-        *,
-        lock_id: str | None = None,
-        all_expired: bool = False,
-        everyone: bool = False,
-        timeout: Duration | None = None,
+        self, key: Any, **options: Unpack[PreviewOptions]
     ) -> tuple[LockSnapshot, tuple[HolderSnapshot, ...]]:
         """Return the lock on ``key`` and what :meth:`break_lock` would remove now.
 
@@ -100,23 +102,13 @@ class LockManager(Converting, Holds):
         :raises InvalidArgument: not exactly one of the three modes.
         :raises ResourceNotFound: no document matches the filter.
         """
-        call, mode, entry = self._ops.breaking(
-            key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout
-        )
+        take_keywords(options, PreviewOptions, "preview_break")
+        call, mode, entry = self._ops.breaking(key, **options)
         return self._run(
             self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
 
-    def break_lock(
-        self,
-        key: Any,
-        *,
-        lock_id: str | None = None,
-        all_expired: bool = False,
-        everyone: bool = False,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-    ) -> tuple[HolderSnapshot, ...]:
+    def break_lock(self, key: Any, **options: Unpack[BreakOptions]) -> tuple[HolderSnapshot, ...]:
         """Remove entries from the lock on ``key``, for operators; return what was removed.
 
         Give exactly one of ``lock_id=`` (that entry), ``all_expired=True`` (only expired
@@ -134,29 +126,51 @@ class LockManager(Converting, Holds):
             nothing is removed).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
-        call, mode, entry = self._ops.breaking(
-            key, lock_id=lock_id, all_expired=all_expired, everyone=everyone, timeout=timeout, w=w
-        )
+        take_keywords(options, BreakOptions, "break_lock")
+        call, mode, entry = self._ops.breaking(key, **options)
         return self._run(
             self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
 
 
 class _DocumentLocks(LockManager):
-    """The release, extend and guard of the managers that lock the user's own documents."""
+    """The acquire, release, extend and guard of the managers that lock the user's own documents."""
 
     def __init__(
-        self,
-        collection: Collection[Any],
-        options: LockOptions,
-        verdicts: Verdicts,
-        listener: LockListener | None,
+        self, collection: Collection[Any], options: Mapping[str, Any], kind: ManagerKind
     ) -> None:
+        setup = manager_setup(kind, options, type(self).__name__)
         check_flavour(collection, Collection, "collection", type(self).__name__)
         ops = LockOperations.on(
-            collection, options, home=DOCUMENTS, verdicts=verdicts, listener=listener
+            collection,
+            setup.options,
+            home=DOCUMENTS,
+            verdicts=setup.verdicts,
+            listener=setup.listener,
         )
         super().__init__(collection, ops)
+
+    def acquire(
+        self,
+        filter: Mapping[str, Any],  # noqa: A002
+        **options: Unpack[AcquireOptions],
+    ) -> Lock:
+        """Acquire a ``tag`` lock on the document matching ``filter``, in one atomic command.
+
+        ``tag`` may be left out when the manager declares one tag (WriteLock's ``write``).
+        Give ``lock=`` instead of ``tag=`` to go on waiting with a pending assertive lock.
+
+        :raises LockAlreadyTaken: WriteLock's lock is held (nothing recorded).
+        :raises CooperativeLock: a tag this one is cooperative with is held (nothing recorded).
+        :raises TooManyHolders: the document already has ``max_holders`` entries, or
+            as many granted ``tag`` locks as ``lock_limits`` allows (nothing recorded).
+        :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
+        :raises LockNotFound: the pending ``lock`` given is gone.
+        :raises ResourceNotFound: no document matches ``filter``.
+        """
+        take_keywords(options, AcquireOptions, "acquire")
+        call = self._ops.acquiring(filter, **options)
+        return self._run(self._ops.acquire(call, clock=self._run.clock))
 
     def release(
         self,
@@ -227,66 +241,14 @@ class MultiLock(_DocumentLocks):
     more is refused with :class:`~docmultilock.TooManyHolders`, as is one more granted lock
     of a tag than ``lock_limits`` allows (``{"export": 3}``: 3 at once per document, pending
     ones not counted; ``err.tag``, ``err.limit``). A ``listener``
-    (:class:`~docmultilock.LockListener`) is told of every decision.
+    (:class:`~docmultilock.LockListener`) is told of every decision. Every option, with
+    its default: :class:`~docmultilock.options.MultiLockOptions`.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
 
-    def __init__(
-        self,
-        collection: Collection[Any],
-        *,
-        lock_timeouts: Mapping[str, Duration] | None = None,
-        lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-        lock_limits: Mapping[str, int] | None = None,
-        lock_timeout: Duration = 10.0,
-        timeout: Duration | None = 10.0,
-        w: int | str = "majority",
-        field: str = "lock",
-        error_factory: ErrorFactory | None = None,
-        max_holders: int = DEFAULT_MAX_HOLDERS,
-        listener: LockListener | None = None,
-    ) -> None:
-        options = load_options(
-            READ_WRITE,
-            lock_timeouts=lock_timeouts,
-            lock_relationships=lock_relationships,
-            lock_limits=lock_limits,
-            lock_timeout=lock_timeout,
-            timeout=timeout,
-            w=w,
-            field=field,
-            error_factory=error_factory,
-            max_holders=max_holders,
-        )
-        super().__init__(collection, options, SHARED, listener)
-
-    def acquire(
-        self,
-        filter: Mapping[str, Any],  # noqa: A002
-        *,
-        tag: str | None = None,
-        lock: Lock | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-    ) -> Lock:
-        """Acquire a ``tag`` lock on the document matching ``filter``, in one atomic command.
-
-        Give ``lock=`` instead of ``tag=`` to go on waiting with a pending assertive lock;
-        ``tag`` may be left out when the table declares one tag.
-
-        :raises CooperativeLock: a tag this one is cooperative with is held (nothing recorded).
-        :raises TooManyHolders: the document already has ``max_holders`` entries, or
-            as many granted ``tag`` locks as ``lock_limits`` allows (nothing recorded).
-        :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
-        :raises LockNotFound: the pending ``lock`` given is gone.
-        :raises ResourceNotFound: no document matches ``filter``.
-        """
-        call = self._ops.acquiring(
-            filter, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
-        )
-        return self._run(self._ops.acquire(call, clock=self._run.clock))
+    def __init__(self, collection: Collection[Any], **options: Unpack[MultiLockOptions]) -> None:
+        super().__init__(collection, options, MULTI_LOCK)
 
 
 class WriteLock(_DocumentLocks):
@@ -298,44 +260,10 @@ class WriteLock(_DocumentLocks):
         lock = locks.acquire({"_id": 1})      # LockAlreadyTaken (HTTP 409) when held
         locks.release({"_id": 1}, lock)
 
+    Every option, with its default: :class:`~docmultilock.options.WriteLockOptions`.
+
     :raises InvalidConfiguration: naming every problem with the options.
     """
 
-    def __init__(
-        self,
-        collection: Collection[Any],
-        *,
-        lock_timeout: Duration = 10.0,
-        timeout: Duration | None = 10.0,
-        w: int | str = "majority",
-        field: str = "lock",
-        error_factory: ErrorFactory | None = None,
-        listener: LockListener | None = None,
-    ) -> None:
-        options = load_options(
-            WRITE_ONLY,
-            lock_timeout=lock_timeout,
-            timeout=timeout,
-            w=w,
-            field=field,
-            error_factory=error_factory,
-        )
-        super().__init__(collection, options, EXCLUSIVE, listener)
-
-    def acquire(
-        self,
-        filter: Mapping[str, Any],  # noqa: A002
-        *,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-    ) -> Lock:
-        """Acquire the exclusive lock on the document matching ``filter``.
-
-        :raises LockAlreadyTaken: another holder has it (nothing recorded).
-        :raises ResourceNotFound: no document matches ``filter``.
-        """
-        call = self._ops.acquiring(
-            filter, tag="write", lock_timeout=lock_timeout, timeout=timeout, w=w
-        )
-        return self._run(self._ops.acquire(call, clock=self._run.clock))
+    def __init__(self, collection: Collection[Any], **options: Unpack[WriteLockOptions]) -> None:
+        super().__init__(collection, options, WRITE_LOCK)

@@ -12,20 +12,23 @@ table deletes it; a document left with no live holder is removed later by a TTL 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pymongo.database import Database
 
 from docmultilock._args import check_collection_name, check_flavour
-from docmultilock._command import DEFAULT_MAX_HOLDERS, EXCLUSIVE, NAMES, SHARED
-from docmultilock._events import LockListener
+from docmultilock._command import NAMES
+from docmultilock._keywords import (
+    AcquireOptions,
+    NamedLocksOptions,
+    Unpack,
+    take_keywords,
+)
+from docmultilock._kinds import NAMED_LOCKS, manager_setup
 from docmultilock._lock import Lock
-from docmultilock._operating import NAMED_FIELD
 from docmultilock._operations import LockOperations
-from docmultilock._rules import WRITE_ONLY
 from docmultilock._sync.managers import LockManager
-from docmultilock.options import Duration, ErrorFactory, load_options
+from docmultilock.options import Duration
 
 __all__ = ["NamedLocks"]
 
@@ -48,7 +51,8 @@ class NamedLocks(LockManager):
     :class:`~docmultilock.TooManyHolders` (``err.tag``, ``err.limit``) in the same command,
     and ``hold(wait=...)`` waits for a slot, woken by a release. Each limit is a positive
     int, for a declared tag. A ``listener`` (:class:`~docmultilock.LockListener`) is told
-    of every decision.
+    of every decision. Every option, with its default:
+    :class:`~docmultilock.options.NamedLocksOptions`.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
@@ -57,45 +61,17 @@ class NamedLocks(LockManager):
         self,
         database: Database[Any],
         collection: str = "docmultilock.locks",
-        *,
-        lock_timeouts: Mapping[str, Duration] | None = None,
-        lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-        lock_limits: Mapping[str, int] | None = None,
-        lock_timeout: Duration = 30.0,
-        timeout: Duration | None = 10.0,
-        w: int | str = "majority",
-        error_factory: ErrorFactory | None = None,
-        max_holders: int = DEFAULT_MAX_HOLDERS,
-        listener: LockListener | None = None,
+        **options: Unpack[NamedLocksOptions],
     ) -> None:
         check_flavour(database, Database, "database", type(self).__name__)
-        options = load_options(
-            WRITE_ONLY,
-            lock_timeouts=lock_timeouts,
-            lock_relationships=lock_relationships,
-            lock_limits=lock_limits,
-            lock_timeout=lock_timeout,
-            timeout=timeout,
-            w=w,
-            field=NAMED_FIELD,
-            error_factory=error_factory,
-            max_holders=max_holders,
-        )
+        setup = manager_setup(NAMED_LOCKS, options, type(self).__name__)
         locks = database[check_collection_name(collection)]
-        verdicts = EXCLUSIVE if lock_relationships is None else SHARED
-        ops = LockOperations.on(locks, options, home=NAMES, verdicts=verdicts, listener=listener)
+        ops = LockOperations.on(
+            locks, setup.options, home=NAMES, verdicts=setup.verdicts, listener=setup.listener
+        )
         super().__init__(locks, ops)
 
-    def acquire(
-        self,
-        name: str,
-        *,
-        tag: str | None = None,
-        lock: Lock | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
-    ) -> Lock:
+    def acquire(self, name: str, **options: Unpack[AcquireOptions]) -> Lock:
         """Acquire a ``tag`` lock on ``name``, creating its lock document in the same command.
 
         ``tag`` may be left out when the table declares one tag (the default, ``write``).
@@ -107,9 +83,8 @@ class NamedLocks(LockManager):
         :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
         :raises LockNotFound: the pending ``lock`` given is gone.
         """
-        call = self._ops.acquiring(
-            name, tag=tag, lock=lock, lock_timeout=lock_timeout, timeout=timeout, w=w
-        )
+        take_keywords(options, AcquireOptions, "acquire")
+        call = self._ops.acquiring(name, **options)
         return self._run(self._ops.acquire(call, clock=self._run.clock))
 
     def release(

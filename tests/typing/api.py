@@ -22,6 +22,7 @@ from docmultilock import (
     TooManyHolders,
     WriteLock,
 )
+from docmultilock.options import HoldOptions
 from docmultilock.testing import EmbeddedServer
 
 
@@ -129,3 +130,15 @@ def listening(orders: Any) -> None:
     removed: tuple[HolderSnapshot, ...] = locks.break_lock({"_id": 1}, everyone=True)
     snapshot, doomed = locks.preview_break({"_id": 1}, all_expired=True)
     print(removed, snapshot.fence, [holder.malformed for holder in doomed])
+
+
+def typed_options(orders: Any) -> None:
+    """The ``**options`` are typed: a keyword not declared, or a value of the wrong type, fails."""
+    locks = MultiLock(orders, lock_timout=5.0)  # type: ignore[call-arg]
+    WriteLock(orders, lock_limits={"write": 1})  # type: ignore[call-arg]
+    locks.acquire({"_id": 1}, tg="write")  # type: ignore[call-arg]
+    locks.hold({"_id": 1}, wait="soon")  # type: ignore[arg-type]
+    locks.break_lock({"_id": 1}, everyone="yes")  # type: ignore[arg-type]
+    options: HoldOptions = {"tag": "write", "wait": 5.0, "keepalive": True}
+    with locks.hold({"_id": 1}, **options), locks.hold_all([{"_id": 2}], **options):
+        pass
