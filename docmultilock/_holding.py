@@ -31,7 +31,6 @@ from docmultilock._backoff import Backoff, check_backoff
 from docmultilock._calls import Call
 from docmultilock._changes import Blockers
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
-from docmultilock._keywords import HoldOptions, NewLockOptions, OnLost, take_keywords
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock.errors import (
@@ -43,7 +42,7 @@ from docmultilock.errors import (
     LockNotFound,
     LockTimeout,
 )
-from docmultilock.options import parse_duration
+from docmultilock.options import HoldOptions, NewLockOptions, OnLost, parse_duration, take_keywords
 
 __all__ = [
     "SAFETY_NET",

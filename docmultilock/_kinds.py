@@ -2,7 +2,7 @@
 
 A constructor hands its ``**options`` and its kind to :func:`manager_setup`, which refuses
 a keyword the kind does not take, fills in the defaults and validates the rest
-(:func:`~docmultilock.options.load_options`), so the three managers and their async twins
+(:func:`~docmultilock._schema.load_options`), so the three managers and their async twins
 share one reading of their options.
 """
 
@@ -14,14 +14,15 @@ from typing import Any, NamedTuple
 
 from docmultilock._command import EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
-from docmultilock._keywords import (
+from docmultilock._rules import READ_WRITE, WRITE_ONLY
+from docmultilock._schema import load_options
+from docmultilock.options import (
+    LockOptions,
     MultiLockOptions,
     NamedLocksOptions,
     WriteLockOptions,
     take_keywords,
 )
-from docmultilock._rules import READ_WRITE, WRITE_ONLY
-from docmultilock.options import LockOptions, load_options
 
 __all__ = [
     "MULTI_LOCK",

@@ -1,9 +1,12 @@
-"""Validation of every option, once, into immutable values.
+"""The options: their types, each keyword declared once, and how a value is parsed.
 
-Constructor options go through marshmallow schemas so that one
-:class:`~docmultilock.InvalidConfiguration` names every problem at once. Per-call overrides
-(``lock_timeout=``, ``timeout=``, ``w=``) go through the same parsing functions, raising
-:class:`~docmultilock.InvalidArgument` before anything is written.
+Constructors and the methods with many options take ``**options`` typed by the typed
+dicts here (PEP 692), so an option is added in one place and every method that takes it,
+in both flavours, follows; type checkers and editors still see every keyword and its
+type. A value is parsed by the functions here, raising
+:class:`~docmultilock.InvalidArgument` before anything is written; constructor options go
+through ``_schema`` so that one :class:`~docmultilock.InvalidConfiguration` names every
+problem at once.
 """
 
 from __future__ import annotations
@@ -12,30 +15,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
-
-import marshmallow
-from marshmallow import fields, validate
+from typing import Any, Literal, TypedDict
 
 from docmultilock._command import DEFAULT_MAX_HOLDERS
-from docmultilock._events import KINDS
-from docmultilock._keywords import (
-    AcquireOptions,
-    BreakOptions,
-    Duration,
-    ErrorFactory,
-    HoldOptions,
-    ManagerOptions,
-    MultiLockOptions,
-    NamedLocksOptions,
-    NewLockOptions,
-    PreviewOptions,
-    WriteLockOptions,
-)
-from docmultilock._rules import TagRules, build_rules, check_relationships
-from docmultilock.errors import InvalidArgument, InvalidConfiguration
+from docmultilock._events import LockListener
+from docmultilock._lock import Lock
+from docmultilock._rules import TagRules
+from docmultilock.errors import InvalidArgument, LockError
 
 __all__ = [
+    "MAX_HOLDERS_LIMIT",
+    "MAX_TAG_LENGTH",
     "AcquireOptions",
     "BreakOptions",
     "Duration",
@@ -46,13 +36,20 @@ __all__ = [
     "MultiLockOptions",
     "NamedLocksOptions",
     "NewLockOptions",
+    "OnLost",
     "PreviewOptions",
     "WriteLockOptions",
-    "load_options",
+    "is_encodable",
+    "parse_duration",
+    "parse_field_name",
+    "parse_lifetime_ms",
+    "parse_write_concern",
+    "take_keywords",
 ]
 
 
-_MAX_TAG_LENGTH = 256
+#: The longest tag, in characters.
+MAX_TAG_LENGTH = 256
 
 #: The longest operation ``timeout``: MongoDB refuses a ``maxTimeMS`` beyond 2**31 - 1 ms,
 #: so a longer limit would fail every command (about 24.8 days; ``None`` means no limit).
@@ -140,115 +137,173 @@ def parse_field_name(value: object) -> str:
     return value
 
 
-class _Parsed(fields.Field[Any]):
-    """A marshmallow field that delegates to one of the parse functions above."""
+#: Seconds as a number, or a timedelta.
+Duration = float | int | timedelta
+#: Turns a LockError into the exception to raise instead (e.g. a framework's HTTP error).
+ErrorFactory = Callable[[LockError], BaseException]
 
-    def __init__(self, parse: Callable[[object], Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._parse = parse
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
-        try:
-            return self._parse(value)
-        except InvalidArgument as exc:
-            raise marshmallow.ValidationError(str(exc)) from exc
+#: Called once, from wherever the loss was found, with the lock and why it is lost.
+OnLost = Callable[[Lock, LockError], object]
 
 
-def _tag_field() -> fields.String:
-    return fields.String(
-        validate=[
-            validate.Length(min=1, max=_MAX_TAG_LENGTH),
-            _utf8,
-        ]
-    )
+class NewLockOptions(TypedDict, total=False):
+    """The options of a new lock: ``acquire_all()``'s, and the acquisition of a hold.
+
+    ``tag``
+        The lock's tag; may be left out when the manager declares only one.
+    ``lock_timeout``
+        This lock's lifetime in seconds, instead of its tag's.
+    ``timeout``
+        The command's time limit in seconds, instead of the manager's.
+    ``w``
+        The write concern, instead of the manager's.
+    """
+
+    tag: str | None
+    lock_timeout: Duration | None
+    timeout: Duration | None
+    w: int | str | None
 
 
-def _utf8(text: str) -> None:
-    if not is_encodable(text):
-        raise marshmallow.ValidationError("must be UTF-8 text (no lone surrogates)")
+class AcquireOptions(NewLockOptions, total=False):
+    """``acquire()``'s options: a new lock's, or ``lock=`` to continue a pending one.
+
+    ``lock``
+        A pending assertive lock to go on waiting with (``err.lock``), instead of ``tag``.
+    """
+
+    lock: Lock | None
 
 
-class _RelationshipSchema(marshmallow.Schema):
-    class Meta:
-        unknown = marshmallow.RAISE
+class HoldOptions(NewLockOptions, total=False):
+    """The options of ``hold()`` and ``hold_all()``: an acquisition's, and how to hold it.
 
-    cooperative = fields.List(_tag_field(), load_default=list)
-    assertive = fields.List(_tag_field(), load_default=list)
+    ``wait``
+        Seconds to go on trying while refused; ``None`` (the default) tries once.
+    ``backoff``
+        ``(min, max)`` seconds of the backoff between attempts; ``(0.01, 0.8)``.
+    ``keepalive``
+        Extend the lock from the process's keep-alive (``False``).
+    ``extend_every``
+        Seconds between extensions; a third of the lock's lifetime by default.
+    ``on_lost``
+        Called as ``on_lost(lock, error)`` once, when the lock is found lost.
+    ``wake``
+        How a waiter learns that the lock may be free: ``"changes"`` or ``"poll"``.
+    ``fair``
+        Hold a place in line while waiting (``False``).
+    """
+
+    wait: Duration | None
+    backoff: tuple[float, float]
+    keepalive: bool
+    extend_every: Duration | None
+    on_lost: OnLost | None
+    wake: Literal["changes", "poll"]
+    fair: bool
 
 
-class _OptionsSchema(marshmallow.Schema):
-    class Meta:
-        unknown = marshmallow.RAISE
+class PreviewOptions(TypedDict, total=False):
+    """``preview_break()``'s options: which entries a break would remove (exactly one).
 
-    lock_timeouts = fields.Dict(
-        keys=_tag_field(),
-        values=_Parsed(lambda v: parse_lifetime_ms(v, "lock timeout")),
-        load_default=dict,
-    )
-    lock_relationships = fields.Dict(
-        keys=_tag_field(), values=fields.Nested(_RelationshipSchema), required=True
-    )
-    # A positive whole number: ``strict`` refuses 2.0 and "3", and marshmallow's Integer
-    # refuses a bool, which Python would otherwise take for 1 or 0.
-    lock_limits = fields.Dict(
-        keys=_tag_field(),
-        values=fields.Integer(strict=True, validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT)),
-        load_default=dict,
-    )
-    lock_timeout = _Parsed(lambda v: parse_lifetime_ms(v, "lock_timeout"), required=True)
-    timeout = _Parsed(lambda v: parse_duration(v, "timeout"), allow_none=True, required=True)
-    w = _Parsed(parse_write_concern, required=True)
-    field = _Parsed(parse_field_name, required=True)
-    error_factory = fields.Raw(allow_none=True, load_default=None)
-    max_holders = fields.Integer(
-        strict=True,
-        load_default=DEFAULT_MAX_HOLDERS,
-        validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT),
-    )
+    ``lock_id``
+        The one entry of this id, live or not.
+    ``all_expired``
+        Every expired entry (``False``).
+    ``everyone``
+        Every entry, live or not (``False``).
+    ``timeout``
+        The command's time limit in seconds, instead of the manager's.
+    """
 
-    listener = fields.Raw(allow_none=True, load_default=None)
+    lock_id: str | None
+    all_expired: bool
+    everyone: bool
+    timeout: Duration | None
 
-    @marshmallow.validates("listener")
-    def _listens(self, value: Any, **kwargs: Any) -> None:
-        # A listener may define only the hooks it wants; one with none would hear nothing.
-        if value is not None and not any(callable(getattr(value, f"on_{k}", None)) for k in KINDS):
-            raise marshmallow.ValidationError(
-                f"must be a LockListener (or have its on_* methods), not {type(value).__name__}"
-            )
 
-    @marshmallow.validates("error_factory")
-    def _callable(self, value: Any, **kwargs: Any) -> None:
-        if value is not None and not callable(value):
-            raise marshmallow.ValidationError("must be callable or None")
+class BreakOptions(PreviewOptions, total=False):
+    """``break_lock()``'s options: a preview's, and the write concern.
 
-    @marshmallow.validates_schema(pass_original=True, skip_on_field_errors=False)
-    def _table(self, data: dict[str, Any], original: dict[str, Any], **kwargs: Any) -> None:
-        # Runs even when other fields failed, so one error names every problem. Declared
-        # tags come from the raw lock_timeouts keys: a bad duration must not also make its
-        # tag look undeclared.
-        relationships = data.get("lock_relationships")
-        if relationships is None:  # its own errors are already reported
-            return
-        raw_timeouts = original.get("lock_timeouts")
-        timed = set(raw_timeouts) if isinstance(raw_timeouts, Mapping) else set()
-        tags = set(relationships) | {tag for tag in timed if isinstance(tag, str)}
-        problems = check_relationships(tags, relationships)
-        if not tags:
-            problems.append("at least one tag must be declared")
-        errors: dict[str, list[str]] = {}
-        if problems:
-            errors["lock_relationships"] = problems
-        # A limit only for a declared tag: a misspelt one would otherwise limit nothing.
-        raw_limits = original.get("lock_limits")
-        limited = raw_limits if isinstance(raw_limits, Mapping) else {}
-        undeclared = [
-            f"limits undeclared tag {tag!r}"
-            for tag in sorted(t for t in limited if isinstance(t, str) and t not in tags)
-        ]
-        if undeclared:
-            errors["lock_limits"] = undeclared
-        if errors:
-            raise marshmallow.ValidationError(errors)
+    ``w``
+        The write concern, instead of the manager's.
+    """
+
+    w: int | str | None
+
+
+class ManagerOptions(TypedDict, total=False):
+    """What every lock manager's constructor takes.
+
+    ``lock_timeout``
+        The lifetime in seconds of a lock whose tag has none of its own; ``10.0``
+        (``NamedLocks``: ``30.0``).
+    ``timeout``
+        Each command's time limit in seconds (``maxTimeMS``); ``None``: no limit; ``10.0``.
+    ``w``
+        The write concern of every write; ``"majority"``.
+    ``error_factory``
+        Turns each error into the exception to raise instead.
+    ``listener``
+        A :class:`~docmultilock.LockListener`, told of every decision.
+    """
+
+    lock_timeout: Duration
+    timeout: Duration | None
+    w: int | str
+    error_factory: ErrorFactory | None
+    listener: LockListener | None
+
+
+class WriteLockOptions(ManagerOptions, total=False):
+    """What ``WriteLock`` takes.
+
+    ``field``
+        The name of the lock field in your documents; ``"lock"``.
+    """
+
+    field: str
+
+
+class NamedLocksOptions(ManagerOptions, total=False):
+    """What ``NamedLocks`` takes: a tag table, its lifetimes and limits.
+
+    ``lock_timeouts``
+        Each tag's lifetime in seconds.
+    ``lock_relationships``
+        The tag table: each tag's ``cooperative`` and ``assertive`` tags.
+    ``lock_limits``
+        The most granted locks of a tag at once on one document or name.
+    ``max_holders``
+        The most live entries (held and pending) on one document or name.
+    """
+
+    lock_timeouts: Mapping[str, Duration] | None
+    lock_relationships: Mapping[str, Mapping[str, Sequence[str]]] | None
+    lock_limits: Mapping[str, int] | None
+    max_holders: int
+
+
+class MultiLockOptions(NamedLocksOptions, total=False):
+    """What ``MultiLock`` takes: ``NamedLocks``' options and the lock field's name.
+
+    ``field``
+        The name of the lock field in your documents; ``"lock"``.
+    """
+
+    field: str
+
+
+def take_keywords(given: Mapping[str, Any], accepted: type, where: str) -> None:
+    """Raise the :class:`TypeError` Python raises for a keyword that ``where`` does not take.
+
+    ``**options`` would otherwise let a misspelt option pass unseen, or surface later as
+    some other error; ``accepted`` is the typed dict that declares the keywords.
+    """
+    known: frozenset[str] = getattr(accepted, "__optional_keys__", frozenset())
+    for name in given:
+        if name not in known:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,37 +321,3 @@ class LockOptions:
     def limits(self) -> Mapping[str, int]:
         """``lock_limits``: the most granted entries of a tag at once (kept in the table)."""
         return self.rules.limits
-
-
-def load_options(
-    table: Mapping[str, Mapping[str, Sequence[str]]] | None = None, **raw: Any
-) -> LockOptions:
-    """Validate constructor options; raise :class:`InvalidConfiguration` naming every problem.
-
-    ``table`` is the manager's own relationship table, taken when ``lock_relationships`` is
-    ``None``; ``lock_timeouts`` and ``lock_limits`` of ``None`` set none.
-    """
-    if raw.get("lock_relationships") is None and table is not None:
-        raw["lock_relationships"] = table
-    for optional in ("lock_timeouts", "lock_limits"):
-        if raw.get(optional, {}) is None:
-            raw[optional] = {}
-    try:
-        data = _OptionsSchema().load(raw)
-    except marshmallow.ValidationError as exc:
-        messages = exc.messages
-        problems = messages if isinstance(messages, Mapping) else {"options": messages}
-        raise InvalidConfiguration(problems) from None
-    return LockOptions(
-        rules=build_rules(
-            data["lock_relationships"],
-            data["lock_timeouts"],
-            data["lock_timeout"],
-            data["lock_limits"],
-        ),
-        timeout=data["timeout"],
-        w=data["w"],
-        field=data["field"],
-        error_factory=data["error_factory"],
-        max_holders=data["max_holders"],
-    )

@@ -34,7 +34,6 @@ CORE = frozenset({
     "docmultilock._failures",
     "docmultilock._flavour",
     "docmultilock._flows",
-    "docmultilock._keywords",
     "docmultilock._kinds",
     "docmultilock._indexes",
     "docmultilock._inspection",
@@ -51,7 +50,9 @@ CORE = frozenset({
     "docmultilock._reply",
     "docmultilock._resumption",
     "docmultilock._rules",
+    "docmultilock._schema",
     "docmultilock._snapshot",
+    "docmultilock._typing",
     "docmultilock.errors",
     "docmultilock.options",
 })  # fmt: skip

@@ -46,7 +46,7 @@ from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
-from docmultilock.options import load_options
+from docmultilock._schema import load_options
 
 Doc = dict[str, Any]
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)

@@ -16,7 +16,6 @@ from typing import Any
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._async.hold import AsyncHold, AsyncHoldAll
 from docmultilock._holding import plan_hold, split_hold
-from docmultilock._keywords import HoldOptions, NewLockOptions, Unpack, take_keywords
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -26,8 +25,9 @@ from docmultilock._lockset import (
     take_all_flow,
 )
 from docmultilock._operations import LockOperations
+from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
-from docmultilock.options import Duration
+from docmultilock.options import Duration, HoldOptions, NewLockOptions, take_keywords
 
 __all__ = ["AsyncHolds"]
 

@@ -18,21 +18,22 @@ from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
 from docmultilock._async.holds import AsyncHolds
 from docmultilock._command import DOCUMENTS
 from docmultilock._flows import SYSTEM_CLOCK, Clock
-from docmultilock._keywords import (
-    AcquireOptions,
-    BreakOptions,
-    MultiLockOptions,
-    PreviewOptions,
-    Unpack,
-    WriteLockOptions,
-    take_keywords,
-)
 from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
 from docmultilock._operations import LockOperations
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-from docmultilock.options import Duration, LockOptions
+from docmultilock._typing import Unpack
+from docmultilock.options import (
+    AcquireOptions,
+    BreakOptions,
+    Duration,
+    LockOptions,
+    MultiLockOptions,
+    PreviewOptions,
+    WriteLockOptions,
+    take_keywords,
+)
 
 __all__ = ["AsyncLockManager", "AsyncMultiLock", "AsyncWriteLock"]
 

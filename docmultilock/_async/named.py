@@ -17,16 +17,11 @@ from pymongo.asynchronous.database import AsyncDatabase
 from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._async.managers import AsyncLockManager
 from docmultilock._command import NAMES
-from docmultilock._keywords import (
-    AcquireOptions,
-    NamedLocksOptions,
-    Unpack,
-    take_keywords,
-)
 from docmultilock._kinds import NAMED_LOCKS, manager_setup
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
-from docmultilock.options import Duration
+from docmultilock._typing import Unpack
+from docmultilock.options import AcquireOptions, Duration, NamedLocksOptions, take_keywords
 
 __all__ = ["AsyncNamedLocks"]
 

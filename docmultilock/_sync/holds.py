@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from docmultilock._holding import plan_hold, split_hold
-from docmultilock._keywords import HoldOptions, NewLockOptions, Unpack, take_keywords
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -28,8 +27,9 @@ from docmultilock._lockset import (
 from docmultilock._operations import LockOperations
 from docmultilock._sync.driver import Runner
 from docmultilock._sync.hold import Hold, HoldAll
+from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
-from docmultilock.options import Duration
+from docmultilock.options import Duration, HoldOptions, NewLockOptions, take_keywords
 
 __all__ = ["Holds"]
 

@@ -17,15 +17,6 @@ from pymongo.collection import Collection
 from docmultilock._args import check_flavour
 from docmultilock._command import DOCUMENTS
 from docmultilock._flows import SYSTEM_CLOCK, Clock
-from docmultilock._keywords import (
-    AcquireOptions,
-    BreakOptions,
-    MultiLockOptions,
-    PreviewOptions,
-    Unpack,
-    WriteLockOptions,
-    take_keywords,
-)
 from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
 from docmultilock._operating import describe
@@ -34,7 +25,17 @@ from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
 from docmultilock._sync.holds import Holds
-from docmultilock.options import Duration, LockOptions
+from docmultilock._typing import Unpack
+from docmultilock.options import (
+    AcquireOptions,
+    BreakOptions,
+    Duration,
+    LockOptions,
+    MultiLockOptions,
+    PreviewOptions,
+    WriteLockOptions,
+    take_keywords,
+)
 
 __all__ = ["LockManager", "MultiLock", "WriteLock"]
 

@@ -18,17 +18,12 @@ from pymongo.database import Database
 
 from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._command import NAMES
-from docmultilock._keywords import (
-    AcquireOptions,
-    NamedLocksOptions,
-    Unpack,
-    take_keywords,
-)
 from docmultilock._kinds import NAMED_LOCKS, manager_setup
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock._sync.managers import LockManager
-from docmultilock.options import Duration
+from docmultilock._typing import Unpack
+from docmultilock.options import AcquireOptions, Duration, NamedLocksOptions, take_keywords
 
 __all__ = ["NamedLocks"]
 
