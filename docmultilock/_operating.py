@@ -26,7 +26,7 @@ from docmultilock._args import (
     tag_or_only,
 )
 from docmultilock._calls import Call, new_call
-from docmultilock._command import Command, Home, Verdicts
+from docmultilock._command import Command, Filter, Home, Verdicts
 from docmultilock._core import LockCore
 from docmultilock._events import Emitter, LockListener
 from docmultilock._failures import translate
@@ -34,10 +34,13 @@ from docmultilock._flows import Clock, Flow, MakeTtlIndex, send
 from docmultilock._inspection import break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
+from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument, LockError, LockNotFound
 from docmultilock.options import (
+    CallOptions,
     Duration,
     LockOptions,
+    NewLockOptions,
     parse_duration,
     parse_lifetime_ms,
     parse_write_concern,
@@ -137,17 +140,11 @@ class Operating:
     # -- parsing each public call once --------------------------------------------------
 
     def acquiring(
-        self,
-        key: object,
-        *,
-        tag: object = None,
-        lock: object = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
+        self, key: object, *, lock: object = None, **options: Unpack[NewLockOptions]
     ) -> Call:
         """The call of an acquisition: a new ``tag`` lock, or the pending ``lock`` continued."""
         user_filter = self.key_filter(key)
+        tag = options.get("tag")
         if tag is not None and lock is not None:
             raise InvalidArgument(
                 "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
@@ -158,41 +155,14 @@ class Operating:
             name = lived = tag_or_only(tag, self.options.rules)
         else:
             lived = pending.tag
-        return new_call(
-            (
-                key,
-                user_filter,
-                name,
-                pending,
-                None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
-                self.limit(timeout),
-                self.concern(w),
-            )
-        )
+        return self._call(key, user_filter, name, pending, lived, options)
 
     def holding(
-        self,
-        key: object,
-        lock: object,
-        *,
-        granted: bool,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
+        self, key: object, lock: object, *, granted: bool, **options: Unpack[CallOptions]
     ) -> Call:
         """The call of a release (``granted=False``) or an extension (``granted=True``)."""
         held = check_lock(lock, self.options.rules, granted=granted)
-        return new_call(
-            (
-                key,
-                self.key_filter(key),
-                None,
-                held,
-                None if lock_timeout is None else self.lifetime_ms(held.tag, lock_timeout),
-                self.limit(timeout),
-                self.concern(w),
-            )
-        )
+        return self._call(key, self.key_filter(key), None, held, held.tag, options)
 
     def converting(
         self,
@@ -201,27 +171,38 @@ class Operating:
         *,
         tag: object,
         wait: Duration | None = None,
-        lock_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        w: int | str | None = None,
+        **options: Unpack[CallOptions],
     ) -> tuple[Call, float | None]:
         """The call of a conversion, and how long to wait for a pending upgrade (or ``None``).
 
         The call's ``tag`` is the new tag, its ``lock`` the one converted.
         """
         held, wanted = check_conversion(lock, tag, self.options.rules)
-        call = new_call(
+        call = self._call(key, self.key_filter(key), wanted, held, wanted, options)
+        return call, None if wait is None else parse_duration(wait, "wait")
+
+    def _call(
+        self,
+        key: object,
+        user_filter: Filter,
+        tag: str | None,
+        lock: Lock | None,
+        lived: str,
+        options: CallOptions,
+    ) -> Call:
+        """A call of a write on ``key``, its overrides parsed (``lived``: the lifetime's tag)."""
+        lock_timeout = options.get("lock_timeout")
+        return new_call(
             (
                 key,
-                self.key_filter(key),
-                wanted,
-                held,
-                None if lock_timeout is None else self.lifetime_ms(wanted, lock_timeout),
-                self.limit(timeout),
-                self.concern(w),
+                user_filter,
+                tag,
+                lock,
+                None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
+                self.limit(options.get("timeout")),
+                self.concern(options.get("w")),
             )
         )
-        return call, None if wait is None else parse_duration(wait, "wait")
 
     def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Call:
         """The call of a read (``inspect``, ``locked``): ``tag``, when given, is declared."""

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_TAG_LENGTH",
     "AcquireOptions",
     "BreakOptions",
+    "CallOptions",
     "Duration",
     "ErrorFactory",
     "HoldOptions",
@@ -146,11 +147,9 @@ ErrorFactory = Callable[[LockError], BaseException]
 OnLost = Callable[[Lock, LockError], object]
 
 
-class NewLockOptions(TypedDict, total=False):
-    """The options of a new lock: ``acquire_all()``'s, and the acquisition of a hold.
+class CallOptions(TypedDict, total=False):
+    """The per-call overrides of an operation that writes a lock.
 
-    ``tag``
-        The lock's tag; may be left out when the manager declares only one.
     ``lock_timeout``
         This lock's lifetime in seconds, instead of its tag's.
     ``timeout``
@@ -159,10 +158,19 @@ class NewLockOptions(TypedDict, total=False):
         The write concern, instead of the manager's.
     """
 
-    tag: str | None
     lock_timeout: Duration | None
     timeout: Duration | None
     w: int | str | None
+
+
+class NewLockOptions(CallOptions, total=False):
+    """The options of a new lock: ``acquire_all()``'s, and the acquisition of a hold.
+
+    ``tag``
+        The lock's tag; may be left out when the manager declares only one.
+    """
+
+    tag: str | None
 
 
 class AcquireOptions(NewLockOptions, total=False):
