@@ -196,7 +196,9 @@ def cutter(client: MongoClient[Doc]) -> Iterator[ReplyCutter]:
 
 
 @pytest.fixture
-def proxied(uri: str, cutter: ReplyCutter, collection: Collection[Doc]) -> Iterator[Proxied]:
+def proxied(
+    uri: str, cutter: ReplyCutter, collection: Collection[Doc], twins: Twins
+) -> Iterator[Proxied]:
     """``proxied(**options)``: the test collection through ``cutter``, with client options.
 
     The defaults are the test clients' (``timeoutMS``: an operation timeout, so pymongo
@@ -225,5 +227,8 @@ def proxied(uri: str, cutter: ReplyCutter, collection: Collection[Doc]) -> Itera
     try:
         yield through
     finally:
+        # Before the proxy stops: a client closed after it would spend its server selection
+        # timeout (30 s) trying to end its sessions through it.
         for client in clients:
+            twins.close_twin(client)
             client.close()

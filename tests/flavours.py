@@ -83,6 +83,12 @@ class Twins:
             return self.client(where.database.client)[where.database.name][where.name]
         return self.client(where.client)[where.name]
 
+    def close_twin(self, client: MongoClient[Any]) -> None:
+        """Close ``client``'s async twin now, if one was made (before what it talks to goes)."""
+        pair = self._clients.pop(id(client), None)
+        if pair is not None:
+            self.portal.call(pair[1].close())
+
     def close(self) -> None:
         if not self._clients:
             return
