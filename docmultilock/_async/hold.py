@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._batches import AGAIN, Batching, Outcome
@@ -27,6 +26,8 @@ from docmultilock.errors import DbTimeout, InvalidArgument, LockError, LockNotFo
 __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
 T = TypeVar("T")
+#: What entering a hold yields: one held lock, or a held set.
+H = TypeVar("H")
 
 log = logging.getLogger("docmultilock")
 
@@ -243,38 +244,58 @@ async def _renew_together(
     return told, read
 
 
-class AsyncHold(AsyncOnly):
-    """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
+class _AsyncBlock(AsyncOnly, Generic[H]):
+    """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
-    def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
+    A subclass says what entering takes (``_take``: held and kept alive) and how leaving
+    releases it (``_leave``); ``_call`` names the call that made it, for the error that a
+    second entry raises.
+    """
+
+    _call: ClassVar[str]
+
+    def __init__(self, ops: LockOperations, runner: AsyncRunner) -> None:
         self._ops = ops
         self._run = runner
-        self._spec = spec
-        self._held: AsyncHeldLock | None = None
+        self._held: H | None = None
 
-    async def __aenter__(self) -> AsyncHeldLock:
+    async def __aenter__(self) -> H:
         if self._held is not None:
-            raise RuntimeError("this hold() was entered already; call hold() again")
+            raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
+        self._held = await self._take()
+        return self._held
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        held = self._held
+        assert held is not None, "__aexit__ without __aenter__"
+        # The body's own exception wins: the release then only logs what it finds.
+        await self._leave(held, quiet=exc_type is not None)
+
+    async def _take(self) -> H:
+        raise NotImplementedError
+
+    async def _leave(self, held: H, *, quiet: bool) -> None:
+        raise NotImplementedError
+
+
+class AsyncHold(_AsyncBlock[AsyncHeldLock]):
+    """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
+
+    _call = "hold()"
+
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
+        super().__init__(ops, runner)
+        self._spec = spec
+
+    async def _take(self) -> AsyncHeldLock:
         lock, sent = await self._run(wait_flow(self._ops, self._spec, self._run.clock))
         held = AsyncHeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
-        self._held = held
         held._keep_alive()
         return held
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__aexit__ without __aenter__"
-        if exc_type is not None:
-            # The body's own exception wins; the release only logs what it finds.
-            await held._release(quiet=True)
-            return
+    async def _leave(self, held: AsyncHeldLock, *, quiet: bool) -> None:
         try:
-            await held._release(quiet=False)
+            await held._release(quiet=quiet)
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
@@ -338,40 +359,31 @@ class AsyncHeldLocks:
         return self.members[place].require(result)
 
 
-class AsyncHoldAll(AsyncOnly):
+class AsyncHoldAll(_AsyncBlock[AsyncHeldLocks]):
     """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
 
-    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
-        self._ops = ops
-        self._run = runner
-        self._set = locks
-        self._held: AsyncHeldLocks | None = None
+    _call = "hold_all()"
 
-    async def __aenter__(self) -> AsyncHeldLocks:
-        if self._held is not None:
-            raise RuntimeError("this hold_all() was entered already; call hold_all() again")
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
+        super().__init__(ops, runner)
+        self._set = locks
+
+    async def _take(self) -> AsyncHeldLocks:
         taken = await self._run(take_all_flow(self._ops, self._set, self._run.clock))
         lost = asyncio.Event()
         members = [AsyncHeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
-        self._held = AsyncHeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
+        held = AsyncHeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
         for member in members:
             member._keep_alive()
-        return self._held
+        return held
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__aexit__ without __aenter__"
+    async def _leave(self, held: AsyncHeldLocks, *, quiet: bool) -> None:
         # Every lock is released, in the reverse of the order they were taken in, whatever
-        # the others answer; the body's own exception wins over any loss found.
+        # the others answer.
         errors: dict[int, LockError] = {}
         for place in reversed(self._set.places):
             try:
-                await held.members[place]._release(quiet=exc_type is not None)
+                await held.members[place]._release(quiet=quiet)
             except LockError as err:
                 errors[place] = err
         if errors:

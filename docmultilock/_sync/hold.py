@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._flavour import SyncOnly
@@ -29,6 +28,8 @@ from docmultilock.errors import DbTimeout, InvalidArgument, LockError, LockNotFo
 __all__ = ["HeldLock", "HeldLocks", "Hold", "HoldAll"]
 
 T = TypeVar("T")
+#: What entering a hold yields: one held lock, or a held set.
+H = TypeVar("H")
 
 log = logging.getLogger("docmultilock")
 
@@ -243,38 +244,58 @@ def _renew_together(helds: Sequence[HeldLock], limit: float) -> tuple[list[Outco
     return told, read
 
 
-class Hold(SyncOnly):
-    """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
+class _Block(SyncOnly, Generic[H]):
+    """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
-    def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
+    A subclass says what entering takes (``_take``: held and kept alive) and how leaving
+    releases it (``_leave``); ``_call`` names the call that made it, for the error that a
+    second entry raises.
+    """
+
+    _call: ClassVar[str]
+
+    def __init__(self, ops: LockOperations, runner: Runner) -> None:
         self._ops = ops
         self._run = runner
-        self._spec = spec
-        self._held: HeldLock | None = None
+        self._held: H | None = None
 
-    def __enter__(self) -> HeldLock:
+    def __enter__(self) -> H:
         if self._held is not None:
-            raise RuntimeError("this hold() was entered already; call hold() again")
+            raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
+        self._held = self._take()
+        return self._held
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        held = self._held
+        assert held is not None, "__exit__ without __enter__"
+        # The body's own exception wins: the release then only logs what it finds.
+        self._leave(held, quiet=exc_type is not None)
+
+    def _take(self) -> H:
+        raise NotImplementedError
+
+    def _leave(self, held: H, *, quiet: bool) -> None:
+        raise NotImplementedError
+
+
+class Hold(_Block[HeldLock]):
+    """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
+
+    _call = "hold()"
+
+    def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
+        super().__init__(ops, runner)
+        self._spec = spec
+
+    def _take(self) -> HeldLock:
         lock, sent = self._run(wait_flow(self._ops, self._spec, self._run.clock))
         held = HeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
-        self._held = held
         held._keep_alive()
         return held
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__exit__ without __enter__"
-        if exc_type is not None:
-            # The body's own exception wins; the release only logs what it finds.
-            held._release(quiet=True)
-            return
+    def _leave(self, held: HeldLock, *, quiet: bool) -> None:
         try:
-            held._release(quiet=False)
+            held._release(quiet=quiet)
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
@@ -338,40 +359,31 @@ class HeldLocks:
         return self.members[place].require(result)
 
 
-class HoldAll(SyncOnly):
+class HoldAll(_Block[HeldLocks]):
     """What ``hold_all()`` returns: enter it with ``with`` to hold every lock of a set."""
 
-    def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
-        self._ops = ops
-        self._run = runner
-        self._set = locks
-        self._held: HeldLocks | None = None
+    _call = "hold_all()"
 
-    def __enter__(self) -> HeldLocks:
-        if self._held is not None:
-            raise RuntimeError("this hold_all() was entered already; call hold_all() again")
+    def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
+        super().__init__(ops, runner)
+        self._set = locks
+
+    def _take(self) -> HeldLocks:
         taken = self._run(take_all_flow(self._ops, self._set, self._run.clock))
         lost = threading.Event()
         members = [HeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
-        self._held = HeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
+        held = HeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
         for member in members:
             member._keep_alive()
-        return self._held
+        return held
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__exit__ without __enter__"
+    def _leave(self, held: HeldLocks, *, quiet: bool) -> None:
         # Every lock is released, in the reverse of the order they were taken in, whatever
-        # the others answer; the body's own exception wins over any loss found.
+        # the others answer.
         errors: dict[int, LockError] = {}
         for place in reversed(self._set.places):
             try:
-                held.members[place]._release(quiet=exc_type is not None)
+                held.members[place]._release(quiet=quiet)
             except LockError as err:
                 errors[place] = err
         if errors:
