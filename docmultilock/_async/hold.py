@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
 
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._batches import AGAIN, Batching, Outcome
@@ -27,7 +28,7 @@ __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
 T = TypeVar("T")
 #: What entering a hold yields: one held lock, or a held set.
-H = TypeVar("H")
+H = TypeVar("H", bound="_Held")
 
 log = logging.getLogger("docmultilock")
 
@@ -244,19 +245,23 @@ async def _renew_together(
     return told, read
 
 
+class _Held(Protocol):
+    """What a hold's block holds: a lock, or a set, released when the block ends."""
+
+    async def _release(self, *, quiet: bool) -> None: ...
+
+
 class _AsyncBlock(AsyncOnly, Generic[H]):
     """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
-    A subclass says what entering takes (``_take``: held and kept alive) and how leaving
-    releases it (``_leave``); ``_call`` names the call that made it, for the error that a
-    second entry raises.
+    ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
+    made the block, for the error that a second entry raises.
     """
 
-    _call: ClassVar[str]
-
-    def __init__(self, ops: LockOperations, runner: AsyncRunner) -> None:
-        self._ops = ops
+    def __init__(self, runner: AsyncRunner, call: str, take: Callable[[], Awaitable[H]]) -> None:
         self._run = runner
+        self._call = call
+        self._take = take
         self._held: H | None = None
 
     async def __aenter__(self) -> H:
@@ -268,36 +273,26 @@ class _AsyncBlock(AsyncOnly, Generic[H]):
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         held = self._held
         assert held is not None, "__aexit__ without __aenter__"
-        # The body's own exception wins: the release then only logs what it finds.
-        await self._leave(held, quiet=exc_type is not None)
-
-    async def _take(self) -> H:
-        raise NotImplementedError
-
-    async def _leave(self, held: H, *, quiet: bool) -> None:
-        raise NotImplementedError
+        try:
+            # The body's own exception wins: the release then only logs what it finds.
+            await held._release(quiet=exc_type is not None)
+        except LockError as err:
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
 
 class AsyncHold(_AsyncBlock[AsyncHeldLock]):
     """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
 
-    _call = "hold()"
-
     def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
-        super().__init__(ops, runner)
-        self._spec = spec
+        super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
 
-    async def _take(self) -> AsyncHeldLock:
-        lock, sent = await self._run(wait_flow(self._ops, self._spec, self._run.clock))
-        held = AsyncHeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
-        held._keep_alive()
-        return held
 
-    async def _leave(self, held: AsyncHeldLock, *, quiet: bool) -> None:
-        try:
-            await held._release(quiet=quiet)
-        except LockError as err:
-            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+async def _hold(ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> AsyncHeldLock:
+    """Wait for the lock of ``spec`` and keep it alive."""
+    lock, sent = await runner(wait_flow(ops, spec, runner.clock))
+    held = AsyncHeldLock(ops, runner, Holding(spec, lock, sent))
+    held._keep_alive()
+    return held
 
 
 class AsyncHeldLocks:
@@ -358,33 +353,35 @@ class AsyncHeldLocks:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
+    async def _release(self, *, quiet: bool) -> None:
+        """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
+
+        The locks go in the reverse of the order they were taken in; the loss raised is the
+        first in the caller's order of keys.
+        """
+        errors: dict[int, LockError] = {}
+        for place in reversed(self._set.places):
+            try:
+                await self.members[place]._release(quiet=quiet)
+            except LockError as err:
+                errors[place] = err
+        if errors:
+            raise errors[min(errors)]
+
 
 class AsyncHoldAll(_AsyncBlock[AsyncHeldLocks]):
     """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
 
-    _call = "hold_all()"
-
     def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
-        super().__init__(ops, runner)
-        self._set = locks
+        super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
 
-    async def _take(self) -> AsyncHeldLocks:
-        taken = await self._run(take_all_flow(self._ops, self._set, self._run.clock))
-        lost = asyncio.Event()
-        members = [AsyncHeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
-        held = AsyncHeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
-        for member in members:
-            member._keep_alive()
-        return held
 
-    async def _leave(self, held: AsyncHeldLocks, *, quiet: bool) -> None:
-        # Every lock is released, in the reverse of the order they were taken in, whatever
-        # the others answer.
-        errors: dict[int, LockError] = {}
-        for place in reversed(self._set.places):
-            try:
-                await held.members[place]._release(quiet=quiet)
-            except LockError as err:
-                errors[place] = err
-        if errors:
-            raise self._run.mapped(errors[min(errors)])
+async def _hold_all(ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> AsyncHeldLocks:
+    """Take every lock of ``locks`` and keep each alive."""
+    taken = await runner(take_all_flow(ops, locks, runner.clock))
+    lost = asyncio.Event()
+    members = [AsyncHeldLock(ops, runner, holding, lost=lost) for holding in taken]
+    held = AsyncHeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    for member in members:
+        member._keep_alive()
+    return held

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
 
 from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._flavour import SyncOnly
@@ -29,7 +30,7 @@ __all__ = ["HeldLock", "HeldLocks", "Hold", "HoldAll"]
 
 T = TypeVar("T")
 #: What entering a hold yields: one held lock, or a held set.
-H = TypeVar("H")
+H = TypeVar("H", bound="_Held")
 
 log = logging.getLogger("docmultilock")
 
@@ -244,19 +245,23 @@ def _renew_together(helds: Sequence[HeldLock], limit: float) -> tuple[list[Outco
     return told, read
 
 
+class _Held(Protocol):
+    """What a hold's block holds: a lock, or a set, released when the block ends."""
+
+    def _release(self, *, quiet: bool) -> None: ...
+
+
 class _Block(SyncOnly, Generic[H]):
     """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
-    A subclass says what entering takes (``_take``: held and kept alive) and how leaving
-    releases it (``_leave``); ``_call`` names the call that made it, for the error that a
-    second entry raises.
+    ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
+    made the block, for the error that a second entry raises.
     """
 
-    _call: ClassVar[str]
-
-    def __init__(self, ops: LockOperations, runner: Runner) -> None:
-        self._ops = ops
+    def __init__(self, runner: Runner, call: str, take: Callable[[], H]) -> None:
         self._run = runner
+        self._call = call
+        self._take = take
         self._held: H | None = None
 
     def __enter__(self) -> H:
@@ -268,36 +273,26 @@ class _Block(SyncOnly, Generic[H]):
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         held = self._held
         assert held is not None, "__exit__ without __enter__"
-        # The body's own exception wins: the release then only logs what it finds.
-        self._leave(held, quiet=exc_type is not None)
-
-    def _take(self) -> H:
-        raise NotImplementedError
-
-    def _leave(self, held: H, *, quiet: bool) -> None:
-        raise NotImplementedError
+        try:
+            # The body's own exception wins: the release then only logs what it finds.
+            held._release(quiet=exc_type is not None)
+        except LockError as err:
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
 
 class Hold(_Block[HeldLock]):
     """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
 
-    _call = "hold()"
-
     def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
-        super().__init__(ops, runner)
-        self._spec = spec
+        super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
 
-    def _take(self) -> HeldLock:
-        lock, sent = self._run(wait_flow(self._ops, self._spec, self._run.clock))
-        held = HeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
-        held._keep_alive()
-        return held
 
-    def _leave(self, held: HeldLock, *, quiet: bool) -> None:
-        try:
-            held._release(quiet=quiet)
-        except LockError as err:
-            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
+    """Wait for the lock of ``spec`` and keep it alive."""
+    lock, sent = runner(wait_flow(ops, spec, runner.clock))
+    held = HeldLock(ops, runner, Holding(spec, lock, sent))
+    held._keep_alive()
+    return held
 
 
 class HeldLocks:
@@ -358,33 +353,35 @@ class HeldLocks:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
+    def _release(self, *, quiet: bool) -> None:
+        """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
+
+        The locks go in the reverse of the order they were taken in; the loss raised is the
+        first in the caller's order of keys.
+        """
+        errors: dict[int, LockError] = {}
+        for place in reversed(self._set.places):
+            try:
+                self.members[place]._release(quiet=quiet)
+            except LockError as err:
+                errors[place] = err
+        if errors:
+            raise errors[min(errors)]
+
 
 class HoldAll(_Block[HeldLocks]):
     """What ``hold_all()`` returns: enter it with ``with`` to hold every lock of a set."""
 
-    _call = "hold_all()"
-
     def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
-        super().__init__(ops, runner)
-        self._set = locks
+        super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
 
-    def _take(self) -> HeldLocks:
-        taken = self._run(take_all_flow(self._ops, self._set, self._run.clock))
-        lost = threading.Event()
-        members = [HeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
-        held = HeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
-        for member in members:
-            member._keep_alive()
-        return held
 
-    def _leave(self, held: HeldLocks, *, quiet: bool) -> None:
-        # Every lock is released, in the reverse of the order they were taken in, whatever
-        # the others answer.
-        errors: dict[int, LockError] = {}
-        for place in reversed(self._set.places):
-            try:
-                held.members[place]._release(quiet=quiet)
-            except LockError as err:
-                errors[place] = err
-        if errors:
-            raise self._run.mapped(errors[min(errors)])
+def _hold_all(ops: LockOperations, runner: Runner, locks: LockSet) -> HeldLocks:
+    """Take every lock of ``locks`` and keep each alive."""
+    taken = runner(take_all_flow(ops, locks, runner.clock))
+    lost = threading.Event()
+    members = [HeldLock(ops, runner, holding, lost=lost) for holding in taken]
+    held = HeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    for member in members:
+        member._keep_alive()
+    return held
