@@ -18,6 +18,7 @@ document, or a lock document of its own per name; which errors a refusal raises 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from docmultilock._acquiring import acquire_body, lone
@@ -34,7 +35,7 @@ from docmultilock._command import (
     encoded,
 )
 from docmultilock._converting import is_downgrade, regrant_body, upgrade_body, withdrawal_body
-from docmultilock._expr import SERVER_NOW, contains, literal
+from docmultilock._expr import SERVER_NOW, Expr, contains, literal
 from docmultilock._layout import update_stages
 from docmultilock._lock import Lock
 from docmultilock._pipeline import (
@@ -155,7 +156,7 @@ class LockCore:
             # One fair body serves both: a newcomer (``$$create``) takes a place in line.
             default = self.rules.lifetime_ms[tag]
             bindings = {**bindings, "dttl": default, "create": continuing is None}
-            body = self._fair_body(tag)
+            body = self._lazy_body(self._fair, tag, acquire_body, fresh=False, fair=True)
         # Only a fresh lone tag's reply goes without the tags in the way: all are its own.
         listed = continuing is not None or fair or tag not in self._lone
         command = Command(
@@ -169,19 +170,24 @@ class LockCore:
         )
         return AcquirePlan(self.judge, command, user_filter, tag, lock_id, continuing, fair, listed)
 
-    def _fair_body(self, tag: str) -> Any:
-        """The fair acquire pipeline body of ``tag``, built and encoded on first use."""
-        body = self._fair.get(tag)
+    def _lazy_body(
+        self, cache: dict[str, Any], tag: str, build: Callable[..., Expr], **options: bool
+    ) -> Any:
+        """``build``'s pipeline body for ``tag``, built and encoded on first use into ``cache``.
+
+        For the bodies not every manager needs (fair acquisitions, upgrades); ``options``
+        go to ``build`` after the field, table, tag, clock and holder limit.
+        """
+        body = cache.get(tag)
         if body is None:
-            body = self._fair[tag] = encoded(
-                acquire_body(
+            body = cache[tag] = encoded(
+                build(
                     self.field,
                     self.rules,
                     tag,
                     clock=self.home.on_demand,
                     max_holders=self.max_holders,
-                    fresh=False,
-                    fair=True,
+                    **options,
                 )
             )
         return body
@@ -272,17 +278,7 @@ class LockCore:
             bindings: dict[str, Any] = {"tag": literal(lock.tag), "to": literal(tag)}
             bindings.update(ttl=lifetime_ms, dttl=default)
         else:
-            body = self._upgrade.get(tag)
-            if body is None:
-                body = self._upgrade[tag] = encoded(
-                    upgrade_body(
-                        self.field,
-                        self.rules,
-                        tag,
-                        clock=self.home.on_demand,
-                        max_holders=self.max_holders,
-                    )
-                )
+            body = self._lazy_body(self._upgrade, tag, upgrade_body)
             ttl = default if lifetime_ms is None else lifetime_ms
             held = None if lock.pending else literal(lock.tag)
             bindings = {"tag": literal(tag), "from": held, "ttl": ttl, "dttl": default}

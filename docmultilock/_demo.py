@@ -17,7 +17,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import pymongo
@@ -64,8 +64,8 @@ class _Progress:
             return
         self._shown_at = now
         line = (
-            f"{elapsed:5.1f}s  read {tally.read}  write {tally.write}  "
-            f"conflicts {tally.conflicts}  waits {tally.waits}  violations {tally.violations}"
+            f"{elapsed:5.1f}s  read {tally['read']}  write {tally['write']}  conflicts "
+            f"{tally.conflicts}  waits {tally['waits']}  violations {tally['violations']}"
         )
         if self.live:
             self.stream.write("\r  " + line.ljust(self._width))
@@ -97,9 +97,9 @@ class _Race:
 
     def total(self) -> Tally:
         """Sum the latest counts from every worker and the parent's own findings."""
-        total = replace(self._own)
+        total = self._own.copy()
         for tally in self._reports.values():
-            total.add(tally)
+            total.update(tally)
         return total
 
     def elapsed(self) -> float:
@@ -165,7 +165,7 @@ class _Race:
                 self._vanishing.add(index)
 
     def _fail(self, index: int, text: str) -> None:
-        self._own.errors += 1
+        self._own["errors"] += 1
         self.problems.append(f"worker {index}: {text}")
         self._final.add(index)
 
@@ -224,7 +224,7 @@ def run_demo(
     out.write(_summary(race, elapsed, server))
     out.flush()
     total = race.total()
-    if total.violations or total.errors:
+    if total["violations"] or total["errors"]:
         return 1
     return 130 if race.interrupted else 0
 
@@ -238,23 +238,23 @@ def _summary(race: _Race, elapsed: float, server: str) -> str:
     text = (
         f"\nsummary{' (interrupted)' if race.interrupted else ''}\n"
         + row("", "read", "write", "total")
-        + row("acquisitions", t.read, t.write, t.acquired)
-        + row("conflicts", t.read_conflicts, t.write_conflicts, t.conflicts)
-        + row("assertive waits", "", t.waits, t.waits)
-        + row("waits given up", "", t.gave_up, t.gave_up)
-        + row("lost locks", t.read_lost, t.write_lost, t.lost)
-        + row("violations", total=t.violations)
-        + row("worker errors", total=t.errors)
+        + row("acquisitions", t["read"], t["write"], t.acquired)
+        + row("conflicts", t["read_conflicts"], t["write_conflicts"], t.conflicts)
+        + row("assertive waits", "", t["waits"], t["waits"])
+        + row("waits given up", "", t["gave_up"], t["gave_up"])
+        + row("lost locks", t["read_lost"], t["write_lost"], t.lost)
+        + row("violations", total=t["violations"])
+        + row("worker errors", total=t["errors"])
         + f"  {'elapsed':<18}{elapsed:.1f} s\n"
         + f"  {'server':<18}{server}\n"
     )
     if race.problems:
         shown = race.problems[:SHOWN_PROBLEMS]
         text += "\nproblems:\n" + "".join(f"  {problem}\n" for problem in shown)
-        more = t.violations + t.errors + t.lost - len(shown)
+        more = t["violations"] + t["errors"] + t.lost - len(shown)
         text += f"  ... and {more} more\n" if more > 0 else ""
-    if t.violations or t.errors:
-        verdict = f"FAIL: {t.violations} violation(s), {t.errors} worker error(s)"
+    if t["violations"] or t["errors"]:
+        verdict = f"FAIL: {t['violations']} violation(s), {t['errors']} worker error(s)"
     else:
         verdict = "INTERRUPTED" if race.interrupted else "OK"
         verdict += f": no mutual-exclusion violation in {t.acquired} locks taken"

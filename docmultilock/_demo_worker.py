@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pymongo import MongoClient, ReturnDocument
 from pymongo.collection import Collection
@@ -43,40 +44,39 @@ FIELDS = {"a": 1, "b": 1, "readers_inside": 1, "writers_inside": 1}
 Doc = dict[str, Any]
 
 
-@dataclass
-class Tally:
-    """What happened, summed over workers; ``violations`` and ``errors`` must stay 0."""
+#: What a worker counts: the locks each tag was granted and refused, the assertive waits and
+#: those given up, the locks each tag lost, violations and errors (both must stay 0).
+Count = Literal[
+    "read",
+    "write",
+    "read_conflicts",
+    "write_conflicts",
+    "waits",
+    "gave_up",
+    "read_lost",
+    "write_lost",
+    "violations",
+    "errors",
+]
 
-    read: int = 0
-    write: int = 0
-    read_conflicts: int = 0
-    write_conflicts: int = 0
-    waits: int = 0
-    gave_up: int = 0
-    read_lost: int = 0
-    write_lost: int = 0
-    violations: int = 0
-    errors: int = 0
+
+class Tally(Counter[Count]):
+    """What happened, summed over workers; ``violations`` and ``errors`` must stay 0."""
 
     @property
     def acquired(self) -> int:
         """Locks granted, both tags."""
-        return self.read + self.write
+        return self["read"] + self["write"]
 
     @property
     def conflicts(self) -> int:
         """Acquisitions refused by a cooperative tag, both tags."""
-        return self.read_conflicts + self.write_conflicts
+        return self["read_conflicts"] + self["write_conflicts"]
 
     @property
     def lost(self) -> int:
         """Locks found gone before their holder let go, both tags."""
-        return self.read_lost + self.write_lost
-
-    def add(self, other: Tally) -> None:
-        """Add ``other``'s counts to this one."""
-        for item in fields(self):
-            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+        return self["read_lost"] + self["write_lost"]
 
 
 @dataclass(frozen=True)
@@ -142,15 +142,15 @@ class _Worker:
         try:
             lock = self.locks.acquire(where, tag="read")
         except CooperativeLock:
-            self.tally.read_conflicts += 1
+            self.tally["read_conflicts"] += 1
             return
-        self.tally.read += 1
+        self.tally["read"] += 1
         self._inside(where, lock, self._reading)
 
     def write(self, where: Doc) -> None:
         lock = self._acquire_write(where)
         if lock is not None:
-            self.tally.write += 1
+            self.tally["write"] += 1
             self._inside(where, lock, self._writing)
 
     def _inside(self, where: Doc, lock: Lock, body: Callable[[Doc, Lock, Doc, Doc], None]) -> None:
@@ -190,11 +190,11 @@ class _Worker:
         try:
             return self.locks.acquire(where, tag="write")
         except CooperativeLock:
-            self.tally.write_conflicts += 1
+            self.tally["write_conflicts"] += 1
             return None
         except AssertiveLock as err:
             pending = err.lock
-        self.tally.waits += 1
+        self.tally["waits"] += 1
         for _ in range(WAIT_TRIES):
             time.sleep(WAIT_PAUSE)
             try:
@@ -202,12 +202,12 @@ class _Worker:
             except AssertiveLock:
                 continue
             except CooperativeLock:
-                self.tally.write_conflicts += 1
+                self.tally["write_conflicts"] += 1
                 return None
             except LockNotFound:
                 self.lost(pending, "while pending")
                 return None
-        self.tally.gave_up += 1
+        self.tally["gave_up"] += 1
         self._release(where, pending)  # so the pending entry stops refusing readers now
         return None
 
@@ -232,15 +232,15 @@ class _Worker:
             self.lost(lock, "before release")
 
     def lost(self, lock: Lock, when: str) -> None:
-        count = "read_lost" if lock.tag == "read" else "write_lost"
+        count: Count = "read_lost" if lock.tag == "read" else "write_lost"
         self.problem(count, f"{lock.tag} lock on document {lock.document_id} lost {when}")
 
     def violation(self, where: Doc, seen: Doc, what: str) -> None:
         state = ", ".join(f"{key}={seen.get(key)}" for key in FIELDS)
         self.problem("violations", f"{what} document {where['_id']} with {state}")
 
-    def problem(self, count: str, text: str) -> None:
-        setattr(self.tally, count, getattr(self.tally, count) + 1)
+    def problem(self, count: Count, text: str) -> None:
+        self.tally[count] += 1
         if self._kept < KEPT_PROBLEMS:
             self._kept += 1
             text = text if len(text) <= PROBLEM_WIDTH else text[: PROBLEM_WIDTH - 3] + "..."
@@ -250,7 +250,7 @@ class _Worker:
         if not final and time.monotonic() - self._sent_at < REPORT_EVERY:
             return
         # The queue pickles in a background thread: send a copy, not the live tally.
-        self.link.put(Report(self.link.index, replace(self.tally), tuple(self._new), final))
+        self.link.put(Report(self.link.index, self.tally.copy(), tuple(self._new), final))
         self._new = []
         self._sent_at = time.monotonic()
 

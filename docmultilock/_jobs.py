@@ -14,7 +14,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from docmultilock._batches import AGAIN, Batching, Outcome
 
@@ -22,10 +22,16 @@ __all__ = ["AsyncJob", "AsyncTogether", "Job", "Together", "dropped"]
 
 log = logging.getLogger("docmultilock")
 
-#: Renew these holders (of one group) by one command within the given seconds: each one's
-#: outcome (``_batches``), and whether a read was needed to tell them.
-Together = Callable[[Sequence[Any], float], tuple[Sequence[Outcome], bool]]
-AsyncTogether = Callable[[Sequence[Any], float], Awaitable[tuple[Sequence[Outcome], bool]]]
+#: What renewing holders together gives: each one's outcome (``_batches``), and whether a
+#: read was needed to tell them.
+Renewed = tuple[Sequence[Outcome], bool]
+#: Renew these holders (of one group) by one command within the given seconds.
+Together = Callable[[Sequence[Any], float], Renewed]
+AsyncTogether = Callable[[Sequence[Any], float], Awaitable[Renewed]]
+
+E = TypeVar("E")  # what an extension returns: the new estimate, or an awaitable of it
+R = TypeVar("R")  # what renewing together returns: Renewed, or an awaitable of it
+J = TypeVar("J", bound="_Job[Any, Any]")
 
 
 def _nobody() -> Any:
@@ -33,12 +39,12 @@ def _nobody() -> Any:
 
 
 @dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
-class Job:
-    """One held lock's part in the keep-alive."""
+class _Job(Generic[E, R]):
+    """One held lock's part in the keep-alive, in either flavour."""
 
-    #: Extend once within the given seconds; return the new expiry estimate, or ``None``
-    #: when the lock is lost (the job has told its holder).
-    extend: Callable[[float], float | None]
+    #: Extend once within the given seconds; the new expiry estimate, or ``None`` when the
+    #: lock is lost (the job has told its holder).
+    extend: Callable[[float], E]
     #: Tell the holder its lock is lost: its estimate passed without a renewal.
     lose: Callable[[], None]
     #: Renew this many seconds before the estimate.
@@ -46,7 +52,7 @@ class Job:
     #: How the job may share a batch (``None``: always renewed alone).
     batching: Batching | None = None
     #: Renews holders of the job's group together (with ``batching``).
-    together: Together | None = None
+    together: Callable[[Sequence[Any], float], R] | None = None
     #: The holder ``together`` is given (``None`` once it was garbage-collected).
     holder: Callable[[], Any] = _nobody
     #: What the job keeps alive, for the log.
@@ -54,15 +60,15 @@ class Job:
 
     @classmethod
     def weakly(
-        cls,
-        extend: Callable[[float], float | None],
+        cls: type[J],
+        extend: Callable[[float], E],
         lose: Callable[[], None],
         *,
         lead: float,
         name: str,
         batching: Batching | None = None,
-        together: Together | None = None,
-    ) -> Job:
+        together: Callable[[Sequence[Any], float], R] | None = None,
+    ) -> J:
         """A job that holds its holder (the owner of the bound methods) weakly.
 
         A ``hold()`` dropped without its exit (never left, then garbage-collected) is no
@@ -71,7 +77,31 @@ class Job:
         once nothing else is kept. Strong references would renew it for ever.
         """
         extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
+        return cls(
+            cls._extend_weakly(extending, name),
+            _lose_weakly(losing),
+            lead,
+            batching,
+            together,
+            _owner(extending),
+            name,
+        )
 
+    @classmethod
+    def _extend_weakly(
+        cls, extending: weakref.WeakMethod[Callable[[float], E]], name: str
+    ) -> Callable[[float], E]:
+        """``extend`` through its weak reference: ``None`` (and a warning) once it is gone."""
+        raise NotImplementedError
+
+
+class Job(_Job[float | None, Renewed]):
+    """One held lock's part in the keep-alive."""
+
+    @classmethod
+    def _extend_weakly(
+        cls, extending: weakref.WeakMethod[Callable[[float], float | None]], name: str
+    ) -> Callable[[float], float | None]:
         def extend_weakly(limit: float) -> float | None:
             method = extending()
             if method is None:
@@ -79,44 +109,16 @@ class Job:
                 return None
             return method(limit)
 
-        return cls(
-            extend_weakly, _lose_weakly(losing), lead, batching, together, _owner(extending), name
-        )
+        return extend_weakly
 
 
-@dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
-class AsyncJob:
+class AsyncJob(_Job[Awaitable[float | None], Awaitable[Renewed]]):
     """One held lock's part in an event loop's keep-alive (see :class:`Job`)."""
 
-    #: Extend once within the given seconds; the new estimate, or ``None`` when lost.
-    extend: Callable[[float], Awaitable[float | None]]
-    #: Tell the holder its lock is lost: its estimate passed without a renewal.
-    lose: Callable[[], None]
-    #: Renew this many seconds before the estimate.
-    lead: float
-    #: How the job may share a batch (``None``: always renewed alone).
-    batching: Batching | None = None
-    #: Renews holders of the job's group together (with ``batching``).
-    together: AsyncTogether | None = None
-    #: The holder ``together`` is given (``None`` once it was garbage-collected).
-    holder: Callable[[], Any] = _nobody
-    #: What the job keeps alive, for the log.
-    name: str = ""
-
     @classmethod
-    def weakly(
-        cls,
-        extend: Callable[[float], Awaitable[float | None]],
-        lose: Callable[[], None],
-        *,
-        lead: float,
-        name: str,
-        batching: Batching | None = None,
-        together: AsyncTogether | None = None,
-    ) -> AsyncJob:
-        """A job that holds its holder weakly (see :meth:`Job.weakly`)."""
-        extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
-
+    def _extend_weakly(
+        cls, extending: weakref.WeakMethod[Callable[[float], Awaitable[float | None]]], name: str
+    ) -> Callable[[float], Awaitable[float | None]]:
         async def extend_weakly(limit: float) -> float | None:
             method = extending()
             if method is None:
@@ -124,9 +126,7 @@ class AsyncJob:
                 return None
             return await method(limit)
 
-        return cls(
-            extend_weakly, _lose_weakly(losing), lead, batching, together, _owner(extending), name
-        )
+        return extend_weakly
 
 
 def _lose_weakly(losing: weakref.WeakMethod[Callable[[], None]]) -> Callable[[], None]:

@@ -11,6 +11,7 @@ manager's home and verdicts.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, NamedTuple, NoReturn
 
 from docmultilock._acquiring import capped
@@ -31,26 +32,18 @@ from docmultilock.errors import (
 __all__ = ["AcquirePlan", "ConvertPlan", "DeletePlan", "ExtendPlan", "Judge", "ReleasePlan"]
 
 
+@dataclass(frozen=True, eq=False)
 class Judge:
     """What replies mean for one manager: its reply shape, tag table, home and verdicts."""
 
-    def __init__(
-        self,
-        shape: ReplyShape,
-        rules: TagRules,
-        *,
-        home: Home,
-        verdicts: Verdicts,
-        max_holders: int,
-        namespace: str = "",
-    ) -> None:
-        self.shape = shape
-        self.rules = rules
-        self.home = home
-        self.verdicts = verdicts
-        self.max_holders = max_holders
-        #: The collection's full name (``db.collection``), for the errors that name it.
-        self.namespace = namespace
+    shape: ReplyShape
+    rules: TagRules
+    _: KW_ONLY
+    home: Home
+    verdicts: Verdicts
+    max_holders: int
+    #: The collection's full name (``db.collection``), for the errors that name it.
+    namespace: str = ""
 
     def missing(self, user_filter: Filter, lock: Lock | None, doing: str) -> NoReturn:
         """Raise what a reply of no document means to acquire, release or extend.
@@ -144,6 +137,21 @@ class Judge:
             document_id=document_id,
         )
 
+    def pending(
+        self, lock: Lock, user_filter: Filter, waiting: tuple[str, ...], *, what: str, again: str
+    ) -> AssertiveLock:
+        """The error for ``lock``, recorded pending until the ``waiting`` tags drain.
+
+        ``what`` names the operation that waits, ``again`` says how to keep waiting.
+        """
+        return AssertiveLock(
+            f"{what} is pending on {self.home.noun} {lock.document_id!r} until these tags "
+            f"drain: {', '.join(waiting)}; {again}",
+            filter=user_filter,
+            lock=lock,
+            blocking_tags=waiting,
+        )
+
     def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
         """The error for a lock that is no longer on its document."""
         return self.verdicts.lost(
@@ -201,13 +209,12 @@ class AcquirePlan(NamedTuple):
             if self.fair:  # in line: behind every tag in the way, cooperative ones too
                 drains = drains | judge.rules.cooperative[self.tag]
             waiting = tuple(sorted(tags & drains))
-            raise AssertiveLock(
-                f"lock {lock.id} ({self.tag!r}) is pending on {judge.home.noun} "
-                f"{state.document_id!r} until these tags drain: {', '.join(waiting)}; call "
-                "acquire(filter, lock=...) again to keep waiting",
-                filter=self.user_filter,
-                lock=lock,
-                blocking_tags=waiting,
+            raise judge.pending(
+                lock,
+                self.user_filter,
+                waiting,
+                what=f"lock {lock.id} ({self.tag!r})",
+                again="call acquire(filter, lock=...) again to keep waiting",
             )
         judge.check_limit(
             self.tag,
@@ -241,44 +248,47 @@ class AcquirePlan(NamedTuple):
         )
 
 
-class ReleasePlan(NamedTuple):
-    """A release: the reply is the state *before* the write."""
+class _HeldPlan(NamedTuple):
+    """A command on a held lock (its release or extension), and our entry in the reply."""
 
     judge: Judge
     command: Command
     user_filter: Filter
     lock: Lock
+
+    def mine(self, reply: Mapping[str, Any] | None, doing: str) -> tuple[Mapping[str, Any], Any]:
+        """Our entry in ``reply`` and the document's id; raise the loss when it is not there.
+
+        A retried command answered with the stored image (``_reply``) was applied: our
+        entry in it is what the applied attempt found or left.
+        """
+        if reply is None:
+            self.judge.missing(self.user_filter, self.lock, doing)
+        state = self.judge.shape.read(reply, self.lock.id)
+        if state.mine is None:
+            raise self.judge.lost(self.lock, self.user_filter, doing)
+        return state.mine, state.document_id
+
+
+class ReleasePlan(_HeldPlan):
+    """A release: the reply is the state *before* the write."""
 
     def read(self, reply: Mapping[str, Any] | None) -> None:
         """Return quietly if our entry was there (live or expired); raise the loss otherwise."""
-        # A retried release answered with the pre-image (``_reply``) was applied: our entry
-        # in it means the lock was ours when it was removed.
-        if reply is None:
-            self.judge.missing(self.user_filter, self.lock, "release")
-        state = self.judge.shape.read(reply, self.lock.id)
-        if state.mine is None:
-            raise self.judge.lost(self.lock, self.user_filter, "release")
+        # The pre-image holds our entry when the lock was ours as it was removed.
+        self.mine(reply, "release")
 
 
-class ExtendPlan(NamedTuple):
+class ExtendPlan(_HeldPlan):
     """An extension: the reply is the state after the write."""
-
-    judge: Judge
-    command: Command
-    user_filter: Filter
-    lock: Lock
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the lock with its new expiry, or raise the loss when it is not held."""
-        # A retried extension answered with the post-image (``_reply``) shows our entry
-        # with the expiry the applied attempt gave it.
-        if reply is None:
-            self.judge.missing(self.user_filter, self.lock, "extend")
-        state = self.judge.shape.read(reply, self.lock.id)
-        mine = state.mine
-        if mine is None or mine.get("pending") or mine.get("tag") != self.lock.tag:
+        # The post-image shows our entry with the expiry the extension gave it.
+        mine, document_id = self.mine(reply, "extend")
+        if mine.get("pending") or mine.get("tag") != self.lock.tag:
             raise self.judge.lost(self.lock, self.user_filter, "extend")
-        return self.judge.to_lock(mine, state.document_id)
+        return self.judge.to_lock(mine, document_id)
 
 
 class ConvertPlan(NamedTuple):
@@ -320,14 +330,13 @@ class ConvertPlan(NamedTuple):
         if new is not None:
             lock = judge.to_lock(new, found.document_id)
             waiting = tuple(sorted(found.tags & judge.rules.assertive[self.tag]))
-            raise AssertiveLock(
-                f"upgrade of lock {lock.id} to {self.tag!r} is pending on {judge.home.noun} "
-                f"{found.document_id!r} until these tags drain: {', '.join(waiting)}; the "
-                f"{held[0]['tag']!r} lock is still held; call convert(key, err.lock, "
+            raise judge.pending(
+                lock,
+                self.user_filter,
+                waiting,
+                what=f"upgrade of lock {lock.id} to {self.tag!r}",
+                again=f"the {held[0]['tag']!r} lock is still held; call convert(key, err.lock, "
                 f"tag={self.tag!r}) again to keep waiting",
-                filter=self.user_filter,
-                lock=lock,
-                blocking_tags=waiting,
             )
         judge.check_limit(
             self.tag,

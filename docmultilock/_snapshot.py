@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,15 +63,10 @@ class HolderSnapshot:
     def as_json(self) -> dict[str, Any]:
         """JSON-safe data (dates in ISO 8601), for tools such as the command line."""
         return {
-            "id": self.id,
-            "tag": self.tag,
-            "pending": self.pending,
-            "fence": self.fence,
+            **asdict(self),  # every field, in their order; the dates and seconds replaced in place
             "acquired_at": self.acquired_at.isoformat(),
             "expires_at": self.expires_at.isoformat(),
             "seconds_left": round(self.seconds_left, 3),
-            "expired": self.expired,
-            "malformed": self.malformed,
         }
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
 
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._batches import AGAIN, Batching, Outcome
@@ -27,6 +27,8 @@ from docmultilock.errors import DbTimeout, InvalidArgument, LockError, LockNotFo
 __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
 T = TypeVar("T")
+#: What entering a hold yields: one held lock, or a held set.
+H = TypeVar("H", bound="_Held")
 
 log = logging.getLogger("docmultilock")
 
@@ -243,40 +245,54 @@ async def _renew_together(
     return told, read
 
 
-class AsyncHold(AsyncOnly):
+class _Held(Protocol):
+    """What a hold's block holds: a lock, or a set, released when the block ends."""
+
+    async def _release(self, *, quiet: bool) -> None: ...
+
+
+class _AsyncBlock(AsyncOnly, Generic[H]):
+    """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
+
+    ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
+    made the block, for the error that a second entry raises.
+    """
+
+    def __init__(self, runner: AsyncRunner, call: str, take: Callable[[], Awaitable[H]]) -> None:
+        self._run = runner
+        self._call = call
+        self._take = take
+        self._held: H | None = None
+
+    async def __aenter__(self) -> H:
+        if self._held is not None:
+            raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
+        self._held = await self._take()
+        return self._held
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        held = self._held
+        assert held is not None, "__aexit__ without __aenter__"
+        try:
+            # The body's own exception wins: the release then only logs what it finds.
+            await held._release(quiet=exc_type is not None)
+        except LockError as err:
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+
+class AsyncHold(_AsyncBlock[AsyncHeldLock]):
     """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
 
     def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
-        self._ops = ops
-        self._run = runner
-        self._spec = spec
-        self._held: AsyncHeldLock | None = None
+        super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
 
-    async def __aenter__(self) -> AsyncHeldLock:
-        if self._held is not None:
-            raise RuntimeError("this hold() was entered already; call hold() again")
-        lock, sent = await self._run(wait_flow(self._ops, self._spec, self._run.clock))
-        held = AsyncHeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
-        self._held = held
-        held._keep_alive()
-        return held
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__aexit__ without __aenter__"
-        if exc_type is not None:
-            # The body's own exception wins; the release only logs what it finds.
-            await held._release(quiet=True)
-            return
-        try:
-            await held._release(quiet=False)
-        except LockError as err:
-            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+async def _hold(ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> AsyncHeldLock:
+    """Wait for the lock of ``spec`` and keep it alive."""
+    lock, sent = await runner(wait_flow(ops, spec, runner.clock))
+    held = AsyncHeldLock(ops, runner, Holding(spec, lock, sent))
+    held._keep_alive()
+    return held
 
 
 class AsyncHeldLocks:
@@ -337,42 +353,35 @@ class AsyncHeldLocks:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
+    async def _release(self, *, quiet: bool) -> None:
+        """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
 
-class AsyncHoldAll(AsyncOnly):
-    """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
-
-    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
-        self._ops = ops
-        self._run = runner
-        self._set = locks
-        self._held: AsyncHeldLocks | None = None
-
-    async def __aenter__(self) -> AsyncHeldLocks:
-        if self._held is not None:
-            raise RuntimeError("this hold_all() was entered already; call hold_all() again")
-        taken = await self._run(take_all_flow(self._ops, self._set, self._run.clock))
-        lost = asyncio.Event()
-        members = [AsyncHeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
-        self._held = AsyncHeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
-        for member in members:
-            member._keep_alive()
-        return self._held
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__aexit__ without __aenter__"
-        # Every lock is released, in the reverse of the order they were taken in, whatever
-        # the others answer; the body's own exception wins over any loss found.
+        The locks go in the reverse of the order they were taken in; the loss raised is the
+        first in the caller's order of keys.
+        """
         errors: dict[int, LockError] = {}
         for place in reversed(self._set.places):
             try:
-                await held.members[place]._release(quiet=exc_type is not None)
+                await self.members[place]._release(quiet=quiet)
             except LockError as err:
                 errors[place] = err
         if errors:
-            raise self._run.mapped(errors[min(errors)])
+            raise errors[min(errors)]
+
+
+class AsyncHoldAll(_AsyncBlock[AsyncHeldLocks]):
+    """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
+
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
+        super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
+
+
+async def _hold_all(ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> AsyncHeldLocks:
+    """Take every lock of ``locks`` and keep each alive."""
+    taken = await runner(take_all_flow(ops, locks, runner.clock))
+    lost = asyncio.Event()
+    members = [AsyncHeldLock(ops, runner, holding, lost=lost) for holding in taken]
+    held = AsyncHeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    for member in members:
+        member._keep_alive()
+    return held

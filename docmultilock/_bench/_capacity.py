@@ -32,6 +32,7 @@ from pymongo.collection import Collection
 
 from docmultilock import NamedLocks
 from docmultilock._bench._bed import Context, KeepAlive, Outcome, bed, connect
+from docmultilock._bench._measure import ratio
 from docmultilock._bench._report import Bound, Row
 from docmultilock._expr import SERVER_NOW
 from docmultilock._keepalive import EXTENDER
@@ -168,7 +169,7 @@ def keepalive_capacity(context: Context) -> Outcome:
             None,
             Bound("<", size.lifetime * 2 / 3, of="docmultilock"),
             detail=(
-                f"mean {stats.total_late / renewals if renewals else 0.0:.3f} s; least time left "
+                f"mean {ratio(stats.total_late, renewals):.3f} s; least time left "
                 f"before an expiry estimate when a renewal succeeded: "
                 + (f"{stats.least_left:.2f} s" if renewals else "-")
             ),
@@ -200,7 +201,7 @@ def keepalive_capacity(context: Context) -> Outcome:
             9,
             "locks per keep-alive command",
             "locks",
-            renewals / stats.commands if stats.commands else 0.0,
+            ratio(renewals, stats.commands),
             None,
             detail=f"{stats.batched:,} renewals in batches, {renewals - stats.batched:,} alone",
         ),
@@ -208,7 +209,7 @@ def keepalive_capacity(context: Context) -> Outcome:
             9,
             "client CPU per kept lock per renewal",
             "µs",
-            1e6 * cpu / renewals if renewals else 0.0,
+            ratio(1e6 * cpu, renewals),
             None,
             Bound("<=", CPU_TARGET_US, of="docmultilock"),
             detail=(

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from docmultilock._bench._bed import Context, Outcome, bed, connect
-from docmultilock._bench._measure import SIDES
+from docmultilock._bench._measure import SIDES, ratio
 from docmultilock._bench._report import Bound, Row
 from docmultilock._bench._single import latency_rows
 from docmultilock._bench._worker import Job, Phase, Result, worker_main
@@ -43,7 +43,7 @@ class Total:
     def shares(self) -> list[float]:
         """Each process's share of the wins."""
         total = sum(self.wins)
-        return [won / total if total else 0.0 for won in self.wins]
+        return [ratio(won, total) for won in self.wins]
 
 
 def _race(context: Context, documents: int) -> tuple[dict[str, Total], str]:

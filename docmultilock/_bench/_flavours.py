@@ -21,7 +21,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from docmultilock import AsyncWriteLock, LockTimeout, WriteLock
 from docmultilock._bench._bed import Context, Outcome, bed, connect, connect_async
-from docmultilock._bench._measure import Sample, Side, percentile, run_cycles
+from docmultilock._bench._measure import Sample, Side, percentile, run_cycles, timed
 from docmultilock._bench._report import Bound, Row
 
 __all__ = ["CONTENDERS", "MANY", "TICK", "async_beside_sync"]
@@ -49,19 +49,6 @@ STALL_MS = 50.0
 SLICES = 2
 
 Doc = dict[str, Any]
-
-
-def _timed(into: Sample, run: Callable[[], int]) -> None:
-    """Run ``run`` (which returns its cycle count) and add its wall and CPU time to ``into``.
-
-    ``thread_cpu`` is the calling thread's: with one worker, the thread that runs every
-    cycle (the sync caller, or the event loop), without the sync client's monitor threads.
-    """
-    cpu0, thread0, start = time.process_time(), time.thread_time(), time.perf_counter()
-    into.cycles += run()
-    into.wall += time.perf_counter() - start
-    into.cpu += time.process_time() - cpu0
-    into.thread_cpu += time.thread_time() - thread0
 
 
 def _side(locks: WriteLock, where: Doc) -> Side:
@@ -188,9 +175,9 @@ def async_beside_sync(context: Context) -> Outcome:
             steps = 0
             for _ in range(SLICES):
                 for workers in (1, MANY):
-                    _timed(sync[workers], functools.partial(_sync_cycles, locks, workers, part))
+                    timed(sync[workers], functools.partial(_sync_cycles, locks, workers, part))
                     cycles = functools.partial(_async_cycles, side.locks, workers, part)
-                    _timed(asyn[workers], lambda: runner.run_until_complete(cycles()))  # noqa: B023 - run at once
+                    timed(asyn[workers], lambda: runner.run_until_complete(cycles()))  # noqa: B023 - run at once
                     steps += 2
                     context.progress.bar(steps / (4 * SLICES + 2))
             stall = runner.run_until_complete(_stall(side.locks, 2 * part))

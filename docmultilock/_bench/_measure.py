@@ -16,10 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SIDES", "Sample", "Side", "alternate", "percentile"]
+__all__ = ["SIDES", "Sample", "Side", "alternate", "percentile", "ratio", "run_cycles", "timed"]
 
 #: The two sides of every comparison, in the order they alternate.
 SIDES = ("docmultilock", "floor")
+
+
+def ratio(part: float, whole: float) -> float:
+    """``part / whole``, or 0.0 when ``whole`` is 0 (nothing was measured)."""
+    return part / whole if whole else 0.0
 
 
 @dataclass(frozen=True)
@@ -44,47 +49,58 @@ class Sample:
     @property
     def per_second(self) -> float:
         """Cycles per wall-clock second."""
-        return self.cycles / self.wall if self.wall else 0.0
+        return ratio(self.cycles, self.wall)
 
     @property
     def cpu_per_cycle(self) -> float:
         """Client CPU seconds per cycle."""
-        return self.cpu / self.cycles if self.cycles else 0.0
+        return ratio(self.cpu, self.cycles)
 
     @property
     def thread_cpu_per_cycle(self) -> float:
         """CPU seconds of the calling thread alone per cycle."""
-        return self.thread_cpu / self.cycles if self.cycles else 0.0
+        return ratio(self.thread_cpu, self.cycles)
 
     @property
     def seconds_per_cycle(self) -> float:
         """Wall-clock seconds per cycle."""
-        return self.wall / self.cycles if self.cycles else 0.0
+        return ratio(self.wall, self.cycles)
+
+
+def timed(into: Sample, run: Callable[[], int]) -> None:
+    """Run ``run`` (which returns its cycle count) and add its wall and CPU time to ``into``.
+
+    ``thread_cpu`` is the calling thread's: with one worker, the thread that runs every
+    cycle (the sync caller, or the event loop), without the sync client's monitor threads.
+    """
+    cpu0, thread0, start = time.process_time(), time.thread_time(), time.perf_counter()
+    into.cycles += run()
+    into.wall += time.perf_counter() - start
+    into.cpu += time.process_time() - cpu0
+    into.thread_cpu += time.thread_time() - thread0
 
 
 def run_cycles(side: Side, seconds: float, into: Sample, *, at_least: int = 1) -> None:
     """Run acquire+release cycles for ``seconds`` (and ``at_least`` cycles) into ``into``."""
     clock = time.perf_counter
     acquired, released = into.acquire, into.release
-    done = 0
-    cpu0 = time.process_time()
-    thread0 = time.thread_time()
-    start = clock()
-    end = start + seconds
-    now = start
-    while now < end or done < at_least:
-        handle = side.acquire()
-        middle = clock()
-        side.release(handle)
-        later = clock()
-        acquired.append(middle - now)
-        released.append(later - middle)
-        now = later
-        done += 1
-    into.cpu += time.process_time() - cpu0
-    into.thread_cpu += time.thread_time() - thread0
-    into.wall += now - start
-    into.cycles += done
+
+    def cycles() -> int:
+        done = 0
+        now = clock()
+        end = now + seconds
+        while now < end or done < at_least:
+            handle = side.acquire()
+            middle = clock()
+            side.release(handle)
+            later = clock()
+            acquired.append(middle - now)
+            released.append(later - middle)
+            now = later
+            done += 1
+        return done
+
+    timed(into, cycles)
 
 
 def alternate(

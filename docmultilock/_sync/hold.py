@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
 
 from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._flavour import SyncOnly
@@ -29,6 +29,8 @@ from docmultilock.errors import DbTimeout, InvalidArgument, LockError, LockNotFo
 __all__ = ["HeldLock", "HeldLocks", "Hold", "HoldAll"]
 
 T = TypeVar("T")
+#: What entering a hold yields: one held lock, or a held set.
+H = TypeVar("H", bound="_Held")
 
 log = logging.getLogger("docmultilock")
 
@@ -243,40 +245,54 @@ def _renew_together(helds: Sequence[HeldLock], limit: float) -> tuple[list[Outco
     return told, read
 
 
-class Hold(SyncOnly):
+class _Held(Protocol):
+    """What a hold's block holds: a lock, or a set, released when the block ends."""
+
+    def _release(self, *, quiet: bool) -> None: ...
+
+
+class _Block(SyncOnly, Generic[H]):
+    """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
+
+    ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
+    made the block, for the error that a second entry raises.
+    """
+
+    def __init__(self, runner: Runner, call: str, take: Callable[[], H]) -> None:
+        self._run = runner
+        self._call = call
+        self._take = take
+        self._held: H | None = None
+
+    def __enter__(self) -> H:
+        if self._held is not None:
+            raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
+        self._held = self._take()
+        return self._held
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        held = self._held
+        assert held is not None, "__exit__ without __enter__"
+        try:
+            # The body's own exception wins: the release then only logs what it finds.
+            held._release(quiet=exc_type is not None)
+        except LockError as err:
+            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+
+
+class Hold(_Block[HeldLock]):
     """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
 
     def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
-        self._ops = ops
-        self._run = runner
-        self._spec = spec
-        self._held: HeldLock | None = None
+        super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
 
-    def __enter__(self) -> HeldLock:
-        if self._held is not None:
-            raise RuntimeError("this hold() was entered already; call hold() again")
-        lock, sent = self._run(wait_flow(self._ops, self._spec, self._run.clock))
-        held = HeldLock(self._ops, self._run, Holding(self._spec, lock, sent))
-        self._held = held
-        held._keep_alive()
-        return held
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__exit__ without __enter__"
-        if exc_type is not None:
-            # The body's own exception wins; the release only logs what it finds.
-            held._release(quiet=True)
-            return
-        try:
-            held._release(quiet=False)
-        except LockError as err:
-            raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
+    """Wait for the lock of ``spec`` and keep it alive."""
+    lock, sent = runner(wait_flow(ops, spec, runner.clock))
+    held = HeldLock(ops, runner, Holding(spec, lock, sent))
+    held._keep_alive()
+    return held
 
 
 class HeldLocks:
@@ -337,42 +353,35 @@ class HeldLocks:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
+    def _release(self, *, quiet: bool) -> None:
+        """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
 
-class HoldAll(SyncOnly):
-    """What ``hold_all()`` returns: enter it with ``with`` to hold every lock of a set."""
-
-    def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
-        self._ops = ops
-        self._run = runner
-        self._set = locks
-        self._held: HeldLocks | None = None
-
-    def __enter__(self) -> HeldLocks:
-        if self._held is not None:
-            raise RuntimeError("this hold_all() was entered already; call hold_all() again")
-        taken = self._run(take_all_flow(self._ops, self._set, self._run.clock))
-        lost = threading.Event()
-        members = [HeldLock(self._ops, self._run, holding, lost=lost) for holding in taken]
-        self._held = HeldLocks(self._ops, self._set, self._set.in_callers_order(members), lost)
-        for member in members:
-            member._keep_alive()
-        return self._held
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        held = self._held
-        assert held is not None, "__exit__ without __enter__"
-        # Every lock is released, in the reverse of the order they were taken in, whatever
-        # the others answer; the body's own exception wins over any loss found.
+        The locks go in the reverse of the order they were taken in; the loss raised is the
+        first in the caller's order of keys.
+        """
         errors: dict[int, LockError] = {}
         for place in reversed(self._set.places):
             try:
-                held.members[place]._release(quiet=exc_type is not None)
+                self.members[place]._release(quiet=quiet)
             except LockError as err:
                 errors[place] = err
         if errors:
-            raise self._run.mapped(errors[min(errors)])
+            raise errors[min(errors)]
+
+
+class HoldAll(_Block[HeldLocks]):
+    """What ``hold_all()`` returns: enter it with ``with`` to hold every lock of a set."""
+
+    def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
+        super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
+
+
+def _hold_all(ops: LockOperations, runner: Runner, locks: LockSet) -> HeldLocks:
+    """Take every lock of ``locks`` and keep each alive."""
+    taken = runner(take_all_flow(ops, locks, runner.clock))
+    lost = threading.Event()
+    members = [HeldLock(ops, runner, holding, lost=lost) for holding in taken]
+    held = HeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    for member in members:
+        member._keep_alive()
+    return held
