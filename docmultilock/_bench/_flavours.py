@@ -213,15 +213,15 @@ def async_beside_sync(context: Context) -> Outcome:
                 10,
                 f"client CPU per cycle, async / sync, {workers} worker{'s' * (workers > 1)}",
                 "x",
-                mine.cpu_per_cycle / theirs.cpu_per_cycle,
+                mine.each.cpu / theirs.each.cpu,
                 None,
                 Bound("<=", CPU_RATIO, of="docmultilock"),
                 detail=(
-                    f"process CPU per cycle: async {mine.cpu_per_cycle * 1e6:,.0f} µs, "
-                    f"sync {theirs.cpu_per_cycle * 1e6:,.0f} µs"
+                    f"process CPU per cycle: async {mine.each.cpu * 1e6:,.0f} µs, "
+                    f"sync {theirs.each.cpu * 1e6:,.0f} µs"
                     + (
-                        f"; calling thread alone: async {mine.thread_cpu_per_cycle * 1e6:,.0f} µs, "
-                        f"sync {theirs.thread_cpu_per_cycle * 1e6:,.0f} µs"
+                        f"; calling thread alone: async {mine.each.thread_cpu * 1e6:,.0f} µs, "
+                        f"sync {theirs.each.thread_cpu * 1e6:,.0f} µs"
                         if workers == 1
                         else ""
                     )

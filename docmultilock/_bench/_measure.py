@@ -11,12 +11,23 @@ client do, without the background threads.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["SIDES", "Sample", "Side", "alternate", "percentile", "ratio", "run_cycles", "timed"]
+__all__ = [
+    "SIDES",
+    "Sample",
+    "Side",
+    "Spent",
+    "alternate",
+    "percentile",
+    "ratio",
+    "run_cycles",
+    "timed",
+]
 
 #: The two sides of every comparison, in the order they alternate.
 SIDES = ("docmultilock", "floor")
@@ -35,49 +46,50 @@ class Side:
     release: Callable[[Any], object]
 
 
-@dataclass
-class Sample:
-    """Cycles run, their wall and CPU seconds, and each call's latency in seconds."""
+class Spent(NamedTuple):
+    """Seconds: of the wall clock, of the process's CPU, and of the calling thread's alone."""
 
-    cycles: int = 0
     wall: float = 0.0
     cpu: float = 0.0
     thread_cpu: float = 0.0
+
+    def per(self, count: int) -> Spent:
+        """Each figure divided by ``count`` (0.0 when nothing was counted)."""
+        return Spent(*(ratio(seconds, count) for seconds in self))
+
+
+@dataclass
+class Sample:
+    """Cycles run, the seconds they took, and each call's latency in seconds."""
+
+    cycles: int = 0
+    spent: Spent = field(default_factory=Spent)
     acquire: list[float] = field(default_factory=list)
     release: list[float] = field(default_factory=list)
 
     @property
     def per_second(self) -> float:
         """Cycles per wall-clock second."""
-        return ratio(self.cycles, self.wall)
+        return ratio(self.cycles, self.spent.wall)
 
     @property
-    def cpu_per_cycle(self) -> float:
-        """Client CPU seconds per cycle."""
-        return ratio(self.cpu, self.cycles)
-
-    @property
-    def thread_cpu_per_cycle(self) -> float:
-        """CPU seconds of the calling thread alone per cycle."""
-        return ratio(self.thread_cpu, self.cycles)
-
-    @property
-    def seconds_per_cycle(self) -> float:
-        """Wall-clock seconds per cycle."""
-        return ratio(self.wall, self.cycles)
+    def each(self) -> Spent:
+        """The seconds of one cycle, on average."""
+        return self.spent.per(self.cycles)
 
 
 def timed(into: Sample, run: Callable[[], int]) -> None:
-    """Run ``run`` (which returns its cycle count) and add its wall and CPU time to ``into``.
+    """Run ``run`` (which returns its cycle count) and add the seconds it took to ``into``.
 
     ``thread_cpu`` is the calling thread's: with one worker, the thread that runs every
     cycle (the sync caller, or the event loop), without the sync client's monitor threads.
     """
     cpu0, thread0, start = time.process_time(), time.thread_time(), time.perf_counter()
     into.cycles += run()
-    into.wall += time.perf_counter() - start
-    into.cpu += time.process_time() - cpu0
-    into.thread_cpu += time.thread_time() - thread0
+    took = Spent(
+        time.perf_counter() - start, time.process_time() - cpu0, time.thread_time() - thread0
+    )
+    into.spent = Spent(*map(operator.add, into.spent, took))
 
 
 def run_cycles(side: Side, seconds: float, into: Sample, *, at_least: int = 1) -> None:

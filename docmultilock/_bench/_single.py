@@ -119,16 +119,16 @@ def uncontended(context: Context) -> Outcome:
             3,
             "client CPU per acquire+release cycle",
             "µs",
-            mine.cpu_per_cycle * 1e6,
-            floor.cpu_per_cycle * 1e6,
+            mine.each.cpu * 1e6,
+            floor.each.cpu * 1e6,
             Bound("<=", 1.25),
         ),
         Row.make(
             3,
             "  of which the calling thread alone",
             "µs",
-            mine.thread_cpu_per_cycle * 1e6,
-            floor.thread_cpu_per_cycle * 1e6,
+            mine.each.thread_cpu * 1e6,
+            floor.each.thread_cpu * 1e6,
         ),
         *latency_rows(
             8,
@@ -187,14 +187,14 @@ def readers(context: Context) -> Outcome:
                 tick=_part(context, index, len(READERS)),
             )
             mine, floor = (samples[side] for side in SIDES)
-            cost[count] = {side: samples[side].seconds_per_cycle for side in SIDES}
+            cost[count] = {side: samples[side].each.wall for side in SIDES}
             rows.append(
                 Row.make(
                     6,
                     f"read acquire+release beside {count} read holder{'s' * (count > 1)}",
                     "ms/cycle",
-                    _ms(mine.seconds_per_cycle),
-                    _ms(floor.seconds_per_cycle),
+                    _ms(mine.each.wall),
+                    _ms(floor.each.wall),
                     detail=(
                         f"acquire p50 {_ms(percentile(mine.acquire, 0.5)):.2f} ms, "
                         f"release p50 {_ms(percentile(mine.release, 0.5)):.2f} ms"
@@ -251,7 +251,7 @@ def size(context: Context) -> Outcome:
                 slices=4,
                 tick=_part(context, index, len(SIZES)),
             )
-            cost[label] = {side: samples[side].seconds_per_cycle for side in SIDES}
+            cost[label] = {side: samples[side].each.wall for side in SIDES}
             traffic[label] = _traffic(context.uri, twins, where)
             rows.append(
                 Row.make(
