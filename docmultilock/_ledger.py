@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from docmultilock._clock import SYSTEM_CLOCK, Clock
 from docmultilock._lock import Lock
@@ -25,7 +25,18 @@ _SWEEP_EVERY = 256
 class _Record:
     expires_at: datetime  # as the server stamped it: compared with the server's clock only
     until: float  # monotonic time past which the record is of no use (kept generously)
+    seen: float  # the flow's monotonic time when that stamp was read
+    renewed: float  # the latest send of a batch renewal applied since (else ``seen``)
     unsure: bool = False  # a release failed without an answer: it may have been applied
+
+    def expiry(self) -> datetime:
+        """A lower bound of the server's expiry: the stamp, moved on by later renewals.
+
+        A batch renewal's reply holds a count, not the new expiry. Applied after it was
+        sent, it stamped at least ``renewed - seen`` seconds later than the stamp read at
+        ``seen`` (applied before it was read), the clocks running at one rate.
+        """
+        return self.expires_at + timedelta(seconds=max(0.0, self.renewed - self.seen))
 
 
 class Ledger:
@@ -48,25 +59,43 @@ class Ledger:
         self._added = 0
         self._guard = threading.Lock()
 
-    def saw(self, lock: Lock) -> None:
-        """Record ``lock`` as the server just answered it (granted, pending or extended)."""
+    def saw(self, lock: Lock, *, at: float) -> None:
+        """Record ``lock`` as the server just answered it (granted, pending or extended).
+
+        ``at`` is the flow's monotonic time, read after the reply.
+        """
         life = (lock.expires_at - lock.acquired_at).total_seconds()
         with self._guard:
             now = self._clock.monotonic()
             old = self._records.get(lock.id)
             self._records[lock.id] = _Record(
-                lock.expires_at, now + life, unsure=old is not None and old.unsure
+                lock.expires_at, now + life, at, at, unsure=old is not None and old.unsure
             )
             self._added += 1
             if self._added % _SWEEP_EVERY == 0:
                 for lock_id in [k for k, r in self._records.items() if r.until < now]:
                     del self._records[lock_id]
 
-    def expiry(self, lock_id: str) -> datetime | None:
-        """The server's expiry of ``lock_id`` as last seen here, or ``None`` if never seen."""
+    def renewed(self, lock_id: str, *, sent: float, life: float) -> None:
+        """Note that a batch renewal of ``lock_id``, for ``life`` seconds, was applied.
+
+        ``sent`` is when it was sent, on the flow's monotonic clock (as ``saw``'s ``at``).
+        """
         with self._guard:
             record = self._records.get(lock_id)
-            return None if record is None else record.expires_at
+            if record is not None:
+                record.renewed = max(record.renewed, sent)
+                record.until = max(record.until, self._clock.monotonic() + life)
+
+    def expiry(self, lock_id: str) -> datetime | None:
+        """The server's expiry of ``lock_id`` as known here (at least), or ``None`` if never seen.
+
+        The expiry the server stamped in the last grant or extension reply, moved on by the
+        batch renewals applied since (:meth:`renewed`).
+        """
+        with self._guard:
+            record = self._records.get(lock_id)
+            return None if record is None else record.expiry()
 
     def was_unsure(self, lock_id: str) -> bool:
         """True when an earlier release of ``lock_id`` ended without an answer."""

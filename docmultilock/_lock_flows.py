@@ -106,7 +106,7 @@ class LockFlows(Operating):
         except LockError as err:
             kind = _kind_of(err)
             if isinstance(err, AssertiveLock):
-                self.ledger.saw(err.lock)
+                self.ledger.saw(err.lock, at=clock.monotonic())
             if kind is None:
                 log.debug("acquire %r on %r: %s", name, user_filter, err.code)
             else:
@@ -120,7 +120,7 @@ class LockFlows(Operating):
                     error=err,
                 )
             raise
-        self.ledger.saw(granted)
+        self.ledger.saw(granted, at=clock.monotonic())
         self.events.emit(
             "granted", user_filter, tag=name, lock=granted, duration=clock.monotonic() - started
         )
@@ -311,7 +311,7 @@ class LockFlows(Operating):
         except LockNotFound as err:
             self.report_lost(user_filter, held, started, clock, err)
             raise
-        self.ledger.saw(extended)
+        self.ledger.saw(extended, at=clock.monotonic())
         self.events.emit(
             "extended",
             user_filter,

@@ -4,9 +4,11 @@
 (``LockCore.renew_each``), reads the batch's documents when the reply's count shows fewer
 renewed than named (``LockCore.batch_read``), and tells each lock's outcome
 (``_batches.outcomes``). A renewed lock's estimate starts from the send time, as after a
-lone renewal (``_holding.Holding``); a lost one gets the error a lone renewal would have
-raised; a batch that failed or went unanswered tells nothing (:data:`~docmultilock._batches.AGAIN`),
-leaving every estimate as it was.
+lone renewal (``_holding.Holding``), the ledger learns of the renewal, and the listener is
+told ``extended`` (its ``lock`` keeps the last ``expires_at`` known: the reply holds a
+count, not the new expiries); a lost one gets the error a lone renewal would have raised,
+told ``lost``; a batch that failed or went unanswered tells nothing
+(:data:`~docmultilock._batches.AGAIN`), leaving every estimate as it was.
 """
 
 from __future__ import annotations
@@ -64,14 +66,21 @@ def renew_together(
         return [AGAIN] * len(renewals), read is not None
     estimates = [sent + h.spec.lifetime for h in holdings]
     results: list[Outcome | LockError] = []
+    took = clock.monotonic() - sent
     for holding, outcome in zip(
         holdings, outcomes(renewals, modified, read, estimate=estimates), strict=True
     ):
+        lock, user_filter = holding.lock, holding.spec.call.user_filter
         if outcome is None:
-            lock = holding.lock
-            results.append(core.judge.lost(lock, holding.spec.call.user_filter, "extend"))
-        else:
-            if isinstance(outcome, float):
-                holding.extended(sent)
-            results.append(outcome)
+            lost = core.judge.lost(lock, user_filter, "extend")
+            ops.report_lost(user_filter, lock, sent, clock, lost)
+            results.append(lost)
+            continue
+        if isinstance(outcome, float):
+            holding.extended(sent)
+            # A release whose reply is lost is judged by the ledger's expiry: it must
+            # know of this renewal (the reply carries no new expiry to record).
+            ops.ledger.renewed(lock.id, sent=sent, life=holding.spec.lifetime)
+            ops.events.emit("extended", user_filter, tag=lock.tag, lock=lock, duration=took)
+        results.append(outcome)
     return results, read is not None

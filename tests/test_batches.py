@@ -18,7 +18,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
-from docmultilock import HeldLock, IncompatibleLockField, LockNotFound
+from docmultilock import HeldLock, IncompatibleLockField, LockEvent, LockListener, LockNotFound
 from docmultilock._batches import AGAIN, ALONE, Batch, Batching, Renewal, outcomes
 from docmultilock._keepalive import EXTENDER, AsyncExtender
 from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
@@ -354,3 +354,52 @@ def test_no_lock_expires_unnoticed_while_its_batch_hangs(
         seen = stats()
         assert seen.batches >= 1
         assert seen.commands - seen.batches >= len(helds)  # renewed alone meanwhile
+
+
+def test_a_release_whose_reply_is_lost_after_batch_renewals_still_releases(
+    build: Build,
+    proxied: Callable[..., Collection[Doc]],
+    cutter: ReplyCutter,
+    client: MongoClient[Doc],
+) -> None:
+    # The ledger must vouch for the lock up to its batch-renewed expiry, not the grant's:
+    # the release's first attempt removes the entry, its retry finds it gone.
+    subject = build(proxied(retryWrites=False))
+    with contextlib.ExitStack() as block:
+        a, b = holding(subject, 2, block)
+        with lone_renewals_refused(client):
+            time.sleep(2 * LIFETIME)  # past the grants' expiries: only batches kept them
+            assert held_on_server(subject, a)
+            assert held_on_server(subject, b)
+        cutter.cut_replies(["findAndModify"])  # b's release, the first to go
+    assert [cut.command["findAndModify"] for cut in cutter.cuts] == [subject.collection.name]
+    assert not held_on_server(subject, a)
+    assert not held_on_server(subject, b)
+
+
+class Extensions(LockListener):
+    """Counts the ``extended`` events of each lock."""
+
+    def __init__(self) -> None:
+        self.of: dict[str, int] = {}
+
+    def on_extended(self, event: LockEvent) -> None:
+        assert event.lock is not None
+        self.of[event.lock.id] = self.of.get(event.lock.id, 0) + 1
+
+
+def test_a_lock_renewed_by_a_batch_is_told_to_the_listener_as_extended(
+    subject: Subject, client: MongoClient[Doc]
+) -> None:
+    told = Extensions()
+    locks = subject.manager(listener=told)
+    keys = [subject.key, subject.new_key(2)]
+    with contextlib.ExitStack() as block:
+        held = [
+            block.enter_context(subject.hold(locks, key=key, keepalive=True, lock_timeout=LIFETIME))
+            for key in keys
+        ]
+        with lone_renewals_refused(client):
+            time.sleep(2 * LIFETIME)
+            assert all(h.lost.is_set() is False for h in held)
+    assert all(told.of.get(h.lock.id, 0) >= 2 for h in held), told.of

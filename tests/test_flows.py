@@ -265,6 +265,25 @@ def test_a_grant_is_recorded_in_the_ledger_with_its_server_stamped_expiry() -> N
     assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=10)
 
 
+def test_a_batch_renewal_moves_the_ledgers_expiry_on_by_the_time_since_the_stamp_was_read() -> None:
+    ops = write_ops()
+    script = Script([reply(entry())])
+    lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
+    seen = script.clock.monotonic()
+    ops.ledger.renewed(lock.id, sent=seen + 7.0, life=10.0)
+    assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=17)
+    ops.ledger.renewed(lock.id, sent=seen + 3.0, life=10.0)  # an older batch, answered late
+    assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=17)
+
+
+def test_a_batch_sent_before_the_stamp_was_read_moves_nothing() -> None:
+    ops = write_ops()
+    script = Script([reply(entry())])
+    lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
+    ops.ledger.renewed(lock.id, sent=script.clock.monotonic() - 1.0, life=10.0)
+    assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=10)
+
+
 def test_a_refusal_names_the_blocking_tags() -> None:
     script = Script([reply(tags=("write",))])
     with pytest.raises(LockAlreadyTaken) as exc:
