@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from docmultilock._command import EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
+from docmultilock._operating import NAMED_FIELD
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._schema import load_options
 from docmultilock.options import (
@@ -46,11 +47,15 @@ class ManagerKind:
     verdicts: Verdicts
     #: The lifetime of a lock whose tag has none of its own, unless ``lock_timeout``.
     lock_timeout: float = 10.0
+    #: The lock field, unless ``field`` (only document locks take it).
+    field: str = "lock"
 
 
 MULTI_LOCK = ManagerKind(MultiLockOptions, READ_WRITE, SHARED)
 WRITE_LOCK = ManagerKind(WriteLockOptions, WRITE_ONLY, EXCLUSIVE)
-NAMED_LOCKS = ManagerKind(NamedLocksOptions, WRITE_ONLY, EXCLUSIVE, lock_timeout=30.0)
+NAMED_LOCKS = ManagerKind(
+    NamedLocksOptions, WRITE_ONLY, EXCLUSIVE, lock_timeout=30.0, field=NAMED_FIELD
+)
 
 
 class ManagerSetup(NamedTuple):
@@ -72,7 +77,7 @@ def manager_setup(kind: ManagerKind, given: Mapping[str, Any], where: str) -> Ma
         "lock_timeout": kind.lock_timeout,
         "timeout": 10.0,
         "w": "majority",
-        "field": "lock",
+        "field": kind.field,
     }
     raw.update(given)
     listener = raw.get("listener")
