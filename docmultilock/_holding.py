@@ -30,6 +30,7 @@ from docmultilock._acquiring import capped
 from docmultilock._backoff import Backoff, check_backoff
 from docmultilock._calls import Call
 from docmultilock._changes import Blockers
+from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
 from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
@@ -177,10 +178,13 @@ def wait_flow(
 
     :raises LockTimeout: out of time (the last refusal is ``__cause__``).
     :raises LockConflict: refused, with ``wait=None``.
+    :raises LocksLeftBehind: the pending entry's withdrawal failed throughout its lifetime
+        (``_cleanup``); the refusal is its ``__cause__``.
     """
     started = clock.monotonic()
     call = spec.call
     pending: Lock | None = None
+    renewed = started  # when the pending entry was last renewed (sent)
     watch: Any = None  # the change-stream watch, once the refusing document is known
     wake = spec.wake
     last: LockConflict
@@ -195,6 +199,7 @@ def wait_flow(
                 lock = yield from ops.acquire(attempt, clock=clock, fair=spec.fair)
             except AssertiveLock as err:
                 pending, last = err.lock, err  # continue it: a restart would lose its place
+                renewed = sent
             except CooperativeLock as err:
                 pending, last = None, err  # a refusal also drops a pending entry of ours
             except LockNotFound as err:
@@ -244,16 +249,14 @@ def wait_flow(
                 watch, wake = None, False
             delay = clock.uniform(*spec.backoff.bounds(attempts))
             yield Sleep(min(_renewal(delay, pending, spec), left))
-    except BaseException:
+    except BaseException as refusal:
         if watch is not None:
             yield Unwatch(watch)
         if pending is not None:
             # Never leave a pending entry behind: it refuses every newcomer until it lapses.
             # This also runs for a cancellation (or KeyboardInterrupt) thrown in at a yield.
-            try:
-                yield from ops.release(call._replace(tag=None, lock=pending), clock=clock)
-            except LockError as err:
-                log.warning("could not release pending lock %s: %s", pending.id, err)
+            withdrawn = Taken(call, pending, renewed + spec.lifetime)
+            yield from give_back_all(ops, [withdrawn], refusal, clock=clock)
         raise
 
 

@@ -7,7 +7,9 @@ each other in a cycle: whoever holds a set's lowest common key is the only one w
 waiting for its later keys. A waiter keeps what it holds (a release and retake could
 livelock) and renews it between attempts (:func:`take_all_flow`), so no lock of the set
 expires while it waits for the next. Any refusal or error releases, in reverse order,
-every lock this call took, then raises the refused key's own error.
+every lock this call took, then raises the refused key's own error; a release that fails
+is retried within its lock's lifetime, and a lock still held then is named in the error
+(``_cleanup``).
 
 The shells (``_async/hold.py`` and its generated twin) run these flows.
 """
@@ -15,7 +17,6 @@ The shells (``_async/hold.py`` and its generated twin) run these flows.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from functools import partial
@@ -33,13 +34,13 @@ from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
 from docmultilock._calls import Call
+from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow
 from docmultilock._holding import (
     Holding,
     HoldSpec,
     extend_flow,
     plan_hold,
-    release_flow,
     wait_flow,
 )
 from docmultilock._operations import LockOperations
@@ -52,11 +53,8 @@ __all__ = [
     "order_key",
     "plan_set",
     "release_all_flow",
-    "release_taken_flow",
     "take_all_flow",
 ]
-
-log = logging.getLogger("docmultilock")
 
 #: How the ids are read back to be ordered: dates as milliseconds (any BSON date fits),
 #: binary data of every subtype as ``Binary``, numbers as they are stored.
@@ -236,6 +234,8 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
 
     :raises LockError: the first key refused (or whose wait ran out), with that key's own
         error (its pending entry withdrawn), after every lock taken here was released.
+    :raises LocksLeftBehind: as ``_cleanup`` says, when a release still failed at the end
+        of its lock's lifetime; the refusal is its ``__cause__``.
     """
     started = clock.monotonic()
     taken: list[Holding] = []
@@ -249,9 +249,10 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
                 ops, dataclasses.replace(spec, wait=wait), clock, tend=tend
             )
             taken.append(Holding(spec, lock, sent))
-    except BaseException:
+    except BaseException as refusal:
         # Also for a cancellation thrown in: never leave part of a set held.
-        yield from release_taken_flow(ops, taken, clock)
+        given = [Taken(h.spec.call, h.lock, h.expires) for h in reversed(taken)]
+        yield from give_back_all(ops, given, refusal, clock=clock)
         raise
     return taken
 
@@ -273,19 +274,6 @@ def _tend(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Flow[f
             due = holding.expires - spec.lifetime + spec.every
         soonest = min(soonest, due - clock.monotonic())
     return max(soonest, 0.001)
-
-
-def release_taken_flow(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Flow[None]:
-    """Release, in reverse order, the locks a set's failed acquisition took; only log losses."""
-    for holding in reversed(taken):
-        lost = yield from release_flow(ops, holding, quiet=True, clock=clock)
-        if lost is not None:
-            log.warning(
-                "lock %s on %r was lost before its set gave it back: %s",
-                holding.lock.id,
-                holding.spec.key,
-                lost,
-            )
 
 
 def release_all_flow(

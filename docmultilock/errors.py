@@ -15,7 +15,8 @@ The tree, with ``status_code`` and the builtin each error also is::
     ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
     ├── DocumentTooLarge           507  the entry would take the document past 16 MiB
     └── DbError                    500  the database failed; the pymongo error is ``__cause__``
-        └── DbTimeout              504  ... because an operation ran out of time (TimeoutError)
+        ├── DbTimeout              504  ... because an operation ran out of time (TimeoutError)
+        └── LocksLeftBehind        500  a refusal's clean-up failed: locks held (.left_behind)
 
     InvalidArgument (ValueError, TypeError)   bad input to a call; nothing was written
     └── InvalidConfiguration                  bad constructor options (.problems)
@@ -51,6 +52,7 @@ __all__ = [
     "LockNotFound",
     "LockTimeout",
     "LockWasReacquired",
+    "LocksLeftBehind",
     "ResourceNotFound",
     "TooManyHolders",
 ]
@@ -317,6 +319,58 @@ class DbTimeout(DbError, TimeoutError):
     title = "Database timeout"
 
     status_code = 504
+
+
+class LocksLeftBehind(DbError):
+    """A refused acquisition could not give back the locks it took: they are still held.
+
+    Raised by ``acquire_all``, ``hold_all`` and ``hold(wait=...)`` when the refusal (or the
+    wait that ran out) is ``__cause__`` and the release of what the call took failed until
+    each lock's lifetime ran out. ``left_behind`` holds ``(key, lock)`` for each lock left
+    (granted, or a pending entry), so the caller can release it (``release(key, lock)``);
+    otherwise it keeps others out until it expires. ``failure`` is the release's last error.
+    """
+
+    title = "Locks left behind"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        left_behind: tuple[tuple[Any, Lock], ...],
+        failure: LockError,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> None:
+        super().__init__(message, filter=filter)
+        self.left_behind = tuple(left_behind)
+        self.failure = failure
+
+    @classmethod
+    def after(
+        cls, refusal: BaseException, left: list[tuple[Any, Lock]], failure: LockError
+    ) -> LocksLeftBehind:
+        """The error for ``refusal`` (raise it ``from`` that) when ``left`` stayed held."""
+        locks = "; ".join(
+            f"{lock.tag!r} lock {lock.id}{' (pending)' if lock.pending else ''} on {key!r}"
+            for key, lock in left
+        )
+        return cls(
+            f"{refusal} (and {len(left)} lock(s) this call took could not be released: "
+            f"{failure}; each stays held until it expires unless released: {locks})",
+            left_behind=tuple(left),
+            failure=failure,
+            filter=getattr(refusal, "filter", None),
+        )
+
+    def _extra(self) -> dict[str, Any]:
+        from docmultilock._lock import LockSchema
+
+        return {
+            "left_behind": [
+                {"key": _relaxed(key), "lock": LockSchema().dump(lock)}
+                for key, lock in self.left_behind
+            ]
+        }
 
 
 class InvalidArgument(ValueError, TypeError):

@@ -24,6 +24,7 @@ CORE = frozenset({
     "docmultilock._batches",
     "docmultilock._calls",
     "docmultilock._changes",
+    "docmultilock._cleanup",
     "docmultilock._clock",
     "docmultilock._command",
     "docmultilock._converting",
