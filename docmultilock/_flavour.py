@@ -5,14 +5,34 @@
 (``h = locks.hold(...); h.guard()``), Python would say only that a protocol or an
 attribute is missing; these mixins say what to write instead. A :class:`~docmultilock.Lock`
 is a value, not a context manager: :class:`NotAHold` says so when one is entered.
+
+``with locks.acquire(...)`` enters the lock that was just granted: the caller never gets
+it, so nobody could release it. A lock a manager hands out therefore carries, privately
+(:func:`unclaimed`: a slot, not a field, so neither its equality, its repr, its pickle
+nor :class:`~docmultilock.LockSchema` sees it), how to release it, and entering it
+releases it before the ``TypeError``. In a plain ``with`` inside a running event loop, an
+async manager's release can only be started (a task of that loop), not awaited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NoReturn
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-__all__ = ["AsyncOnly", "NotAHold", "SyncOnly"]
+__all__ = ["AsyncOnly", "NotAHold", "Release", "SyncOnly", "unclaimed"]
+
+log = logging.getLogger("docmultilock")
+
+#: Releases the lock a manager handed out: it returns once done (sync), or a coroutine.
+Release = Callable[[], object]
+
+L = TypeVar("L", bound="NotAHold")
+
+#: Releases started from a plain ``with`` in an event loop, kept until they end.
+_RELEASING: set[asyncio.Task[object]] = set()
 
 #: What a held lock offers inside the block; asked of the hold itself, it was not entered.
 _HELD_ATTRIBUTES = frozenset({"lock", "guard", "require", "lost", "error"})
@@ -79,26 +99,87 @@ class SyncOnly:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-class NotAHold:
-    """Refuses ``with`` and ``async with``: a lock is a value; ``hold()`` holds one for a block."""
+def unclaimed(lock: L, release: Release) -> L:
+    """``lock`` as a manager hands it out: entered by mistake, it calls ``release`` first."""
+    object.__setattr__(lock, "_unclaimed", release)
+    return lock
 
-    __slots__ = ()  # a slotted dataclass (``Lock``) stays without a ``__dict__``
+
+_NOT_A_CONTEXT_MANAGER = (
+    "a Lock is not a context manager{told}: write '{statement} locks.hold(...) as held:' to "
+    "hold a lock for a block, or keep what acquire() returns and release it yourself (in a "
+    "finally)"
+)
+
+#: What a release that ended tells.
+_RELEASED = ", so the lock it names was released (nothing stays locked)"
+
+
+def _released(result: object) -> str:
+    """What became of the lock once ``release`` returned ``result`` (sync ``with``)."""
+    if not inspect.iscoroutine(result):
+        return _RELEASED
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop to run the async manager's release on
+        result.close()
+        return ", and the lock it names could not be released here: it stays until it expires"
+    task = loop.create_task(result)
+    _RELEASING.add(task)
+    task.add_done_callback(_finished)
+    return ", so the lock it names is being released (by a task of this event loop)"
+
+
+def _finished(task: asyncio.Task[object]) -> None:
+    _RELEASING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not release a lock entered by mistake: %s", task.exception())
+
+
+def _failed(exc: Exception) -> str:
+    return f", and releasing the lock it names failed ({exc}): it stays until it expires"
+
+
+class NotAHold:
+    """Refuses ``with`` and ``async with``: a lock is a value; ``hold()`` holds one for a block.
+
+    A lock a manager just handed out (:func:`unclaimed`) is released first.
+    """
+
+    # A slot, not a dataclass field: how to release the lock stays out of the value.
+    __slots__ = ("_unclaimed",)
+
+    def _claim(self) -> Release | None:
+        """The release a manager left on this value, once (the next entry finds none)."""
+        release: Release | None = getattr(self, "_unclaimed", None)
+        if release is not None:
+            object.__setattr__(self, "_unclaimed", None)
+        return release
 
     # For the runtime only: a type checker still flags ``with lock:`` as the error it is.
     if not TYPE_CHECKING:
 
         def __enter__(self) -> NoReturn:
-            raise TypeError(
-                "a Lock is not a context manager: write 'with locks.hold(...) as held:' to hold "
-                "a lock for a block, or release what acquire() returned yourself (in a finally)"
-            )
+            release, told = self._claim(), ""
+            if release is not None:
+                try:
+                    told = _released(release())
+                except Exception as exc:  # the release's own error: reported, not raised
+                    told = _failed(exc)
+            raise TypeError(_NOT_A_CONTEXT_MANAGER.format(told=told, statement="with"))
 
         __exit__ = _never_exited
 
         async def __aenter__(self) -> NoReturn:
-            raise TypeError(
-                "a Lock is not a context manager: write 'async with locks.hold(...) as held:' "
-                "to hold a lock for a block, or release what acquire() returned yourself"
-            )
+            release, told = self._claim(), ""
+            if release is not None:
+                try:
+                    result = release()
+                    if inspect.isawaitable(result):
+                        await result
+                    told = _RELEASED
+                except Exception as exc:  # the release's own error: reported, not raised
+                    told = _failed(exc)
+            raise TypeError(_NOT_A_CONTEXT_MANAGER.format(told=told, statement="async with"))
 
         __aexit__ = _never_exited_async

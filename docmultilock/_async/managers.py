@@ -173,7 +173,8 @@ class _AsyncDocumentLocks(AsyncLockManager):
         """
         take_keywords(options, AcquireOptions, "acquire")
         call = self._ops.acquiring(filter, **options)
-        return await self._run(self._ops.acquire(call, clock=self._run.clock))
+        lock = await self._run(self._ops.acquire(call, clock=self._run.clock))
+        return self._run.handed_out(self._ops, call, lock)
 
     async def release(
         self,

@@ -78,7 +78,8 @@ class AsyncNamedLocks(AsyncLockManager):
         """
         take_keywords(options, AcquireOptions, "acquire")
         call = self._ops.acquiring(name, **options)
-        return await self._run(self._ops.acquire(call, clock=self._run.clock))
+        lock = await self._run(self._ops.acquire(call, clock=self._run.clock))
+        return self._run.handed_out(self._ops, call, lock)
 
     async def release(
         self,

@@ -80,7 +80,8 @@ class NamedLocks(LockManager):
         """
         take_keywords(options, AcquireOptions, "acquire")
         call = self._ops.acquiring(name, **options)
-        return self._run(self._ops.acquire(call, clock=self._run.clock))
+        lock = self._run(self._ops.acquire(call, clock=self._run.clock))
+        return self._run.handed_out(self._ops, call, lock)
 
     def release(
         self,
