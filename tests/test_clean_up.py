@@ -9,6 +9,7 @@ manager and both flavours; the pending entries over MultiLock, whose writers wai
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from pymongo.collection import Collection
 from docmultilock import (
     AssertiveLock,
     DbError,
+    DbTimeout,
     LockConflict,
     LockEvent,
     LockListener,
@@ -77,16 +79,21 @@ def take(subject: Subject, manager: Any, key: Any) -> Any:
     return manager.acquire(key) if subject.tag is None else manager.acquire(key, tag=subject.tag)
 
 
+#: The ways to take a set: once, or for a block (trying once, or waiting a little).
+WAYS = ["acquire_all", "hold_all", "hold_all-waiting"]
+
+
 def refused_set(subject: Subject, locks: Any, way: str, keys: list[Any]) -> None:
     """Take ``keys`` as a set the ``way`` given, expecting the call to raise."""
     if way == "acquire_all":
         locks.acquire_all(keys, tag=subject.tag, lock_timeout=LIFETIME)
         return
-    with locks.hold_all(keys, tag=subject.tag, lock_timeout=LIFETIME):
+    wait = SHORT_WAIT if way == "hold_all-waiting" else None
+    with locks.hold_all(keys, tag=subject.tag, lock_timeout=LIFETIME, wait=wait):
         pytest.fail("the set was taken")
 
 
-@pytest.mark.parametrize("way", ["acquire_all", "hold_all"])
+@pytest.mark.parametrize("way", WAYS)
 def test_a_refused_set_whose_clean_up_fails_names_the_locks_left_behind(
     subject: Subject, fail_point: Callable[..., None], client: MongoClient[Doc], way: str
 ) -> None:
@@ -108,7 +115,7 @@ def test_a_refused_set_whose_clean_up_fails_names_the_locks_left_behind(
     other.release(b, holding_b)
 
 
-@pytest.mark.parametrize("way", ["acquire_all", "hold_all"])
+@pytest.mark.parametrize("way", WAYS)
 def test_a_refused_sets_clean_up_is_retried_until_it_releases(
     subject: Subject, fail_point: Callable[..., None], way: str
 ) -> None:
@@ -145,22 +152,27 @@ def test_a_refused_sets_pending_entry_and_granted_locks_are_both_named(
     assert collection.find_one({"_id": 1})["lock"]["holders"] == []  # type: ignore[index]
 
 
+@pytest.mark.parametrize(
+    ("wait", "refusal"), [(SHORT_WAIT, LockTimeout), (None, AssertiveLock)], ids=["wait", "once"]
+)
 def test_a_wait_that_gives_up_names_the_pending_entry_it_could_not_withdraw(
     make_lock: MakeLock,
     collection: Collection[Doc],
     fail_point: Callable[..., None],
     client: MongoClient[Doc],
+    wait: float | None,
+    refusal: type[LockConflict],
 ) -> None:
     collection.insert_one({"_id": 1})
     reader = make_lock(MultiLock, collection).acquire({"_id": 1}, tag="read")
     locks = make_lock(MultiLock, collection, listener=FailAfterRefusal(fail_point))
     with (
         pytest.raises(LocksLeftBehind) as left,
-        locks.hold({"_id": 1}, tag="write", wait=SHORT_WAIT, lock_timeout=LIFETIME),
+        locks.hold({"_id": 1}, tag="write", wait=wait, lock_timeout=LIFETIME),
     ):
         pytest.fail("the lock was taken")
     disarm(client)
-    assert isinstance(left.value.__cause__, LockTimeout)
+    assert type(left.value.__cause__) is refusal
     [(key, pending)] = left.value.left_behind
     assert key == {"_id": 1}
     assert pending.pending
@@ -180,6 +192,28 @@ def test_a_wait_whose_withdrawal_fails_at_first_withdraws_it_and_times_out(
     ):
         pytest.fail("the lock was taken")
     assert [h["id"] for h in collection.find_one({"_id": 1})["lock"]["holders"]] == [reader.id]  # type: ignore[index]
+
+
+def test_a_release_timed_out_behind_a_stalled_reply_is_retried_then_named(
+    make_lock: MakeLock,
+    collection: Collection[Doc],
+    fail_point: Callable[..., None],
+    client: MongoClient[Doc],
+) -> None:
+    collection.insert_many([{"_id": 1}, {"_id": 2}])
+    other = make_lock(MultiLock, collection)
+    holding = other.acquire({"_id": 2}, tag="write")
+    stall = functools.partial(fail_point, blockConnection=True, blockTimeMS=600)
+    locks = make_lock(MultiLock, collection, listener=FailAfterRefusal(stall))
+    with pytest.raises(LocksLeftBehind) as left:
+        locks.acquire_all([{"_id": 1}, {"_id": 2}], tag="write", lock_timeout=LIFETIME, timeout=0.2)
+    disarm(client)
+    assert isinstance(left.value.failure, DbTimeout)
+    [(key, lock)] = left.value.left_behind
+    assert key == {"_id": 1}
+    locks.release(key, lock)
+    other.release({"_id": 2}, holding)
+    assert collection.find_one({"_id": 1})["lock"]["holders"] == []  # type: ignore[index]
 
 
 def test_locks_left_behind_pickles_and_dumps_its_locks(
