@@ -220,21 +220,3 @@ def test_a_release_timed_out_behind_a_stalled_reply_is_retried_then_named(
     locks.release(key, lock)
     other.release({"_id": 2}, holding)
     assert ids_on(collection, 1) == []
-
-
-def test_locks_left_behind_pickles_and_dumps_its_locks(
-    make_lock: MakeLock, collection: Collection[Doc]
-) -> None:
-    import json
-    import pickle
-
-    collection.insert_one({"_id": 1})
-    lock = make_lock(MultiLock, collection).acquire({"_id": 1}, tag="write")
-    error = LocksLeftBehind.after(
-        LockTimeout("gave up", attempts=1, waited=0.0), [({"_id": 1}, lock)], DbError("down")
-    )
-    again = pickle.loads(pickle.dumps(error))
-    assert (again.left_behind, again.message) == (error.left_behind, error.message)
-    data = json.loads(json.dumps(error.to_dict()))
-    assert data["left_behind"][0]["key"] == {"_id": 1}
-    assert data["left_behind"][0]["lock"]["id"] == lock.id

@@ -25,6 +25,7 @@ from docmultilock import (
     LockConflict,
     LockError,
     LockNotFound,
+    LocksLeftBehind,
     LockTimeout,
     LockWasReacquired,
     ResourceNotFound,
@@ -56,6 +57,7 @@ LOCK = Lock(
         (LockTimeout, 409),
         (DbError, 500),
         (DbTimeout, 504),
+        (LocksLeftBehind, 500),
         (IncompatibleLockField, 500),
         (TooManyHolders, 409),
         (DocumentTooLarge, 507),
@@ -73,6 +75,7 @@ def test_the_tree_lets_one_except_catch_both_lock_classes_refusals() -> None:
     assert issubclass(LockTimeout, TimeoutError)
     assert issubclass(DbTimeout, DbError)
     assert issubclass(DbTimeout, TimeoutError)
+    assert issubclass(LocksLeftBehind, DbError)
 
 
 def test_configuration_errors_are_value_errors_not_lock_errors() -> None:
@@ -125,6 +128,11 @@ def test_assertive_lock_to_dict_includes_the_pending_lock() -> None:
         TooManyHolders("full", filter={"_id": 1}, limit=1000),
         DocumentTooLarge("too large", filter={"_id": 1}),
         LockTimeout("gave up", filter={"_id": 1}, attempts=4, waited=1.5, blocking_tags=("write",)),
+        LocksLeftBehind.after(
+            LockTimeout("gave up", filter={"_id": 1}, attempts=1, waited=0.1),
+            [({"_id": 1}, LOCK)],
+            DbError("down"),
+        ),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -133,6 +141,19 @@ def test_errors_pickle_with_their_data(err: LockError) -> None:
     assert type(again) is type(err)
     assert again.to_dict() == err.to_dict()
     assert str(again) == str(err)
+
+
+def test_locks_left_behind_names_each_lock_and_its_key() -> None:
+    refusal = LockTimeout("gave up", filter={"_id": 1}, attempts=1, waited=0.1)
+    key = {"_id": ObjectId("5f0000000000000000000001")}
+    err = LocksLeftBehind.after(refusal, [(key, LOCK)], DbError("down"))
+    assert err.filter == {"_id": 1}
+    for told in (LOCK.id, "gave up", "down"):
+        assert told in str(err)
+    [left] = err.to_dict()["left_behind"]
+    assert left["key"] == {"_id": {"$oid": "5f0000000000000000000001"}}
+    assert (left["lock"]["id"], left["lock"]["pending"]) == (LOCK.id, True)
+    json.dumps(err.to_dict())
 
 
 def test_lock_timeout_carries_how_long_it_waited() -> None:
