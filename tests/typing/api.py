@@ -16,6 +16,7 @@ from docmultilock import (
     LockEvent,
     LockListener,
     LockSchema,
+    LocksLeftBehind,
     LockSnapshot,
     MultiLock,
     NamedLocks,
@@ -80,6 +81,16 @@ def usage() -> None:
             limited: str | None = err.tag
             most: int = err.limit
             print(limited, most)
+
+        try:
+            taken: list[Lock] = ml.acquire_all([{"_id": 1}, {"_id": 2}], tag="write")
+        except LocksLeftBehind as err:
+            for key, left_lock in err.left_behind:
+                ml.release(key, left_lock)
+            refusal: BaseException | None = err.__cause__
+            print(refusal, err.failure.code)
+        else:
+            ml.release_all([{"_id": 1}, {"_id": 2}], taken)
 
         jobs = NamedLocks(client.shop, "locks", lock_timeout=300.0, w="majority")
         jobs.ensure_indexes(timeout=5.0)
