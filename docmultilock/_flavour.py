@@ -137,7 +137,8 @@ def _finished(task: asyncio.Task[object]) -> None:
 
 
 def _failed(exc: Exception) -> str:
-    return f", and releasing the lock it names failed ({exc}): it stays until it expires"
+    """What the release's own error tells: the lock was gone already, or is left held."""
+    return f", and releasing the lock it names failed ({type(exc).__name__}: {exc})"
 
 
 class NotAHold:

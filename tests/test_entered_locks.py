@@ -125,3 +125,13 @@ def test_how_to_release_stays_out_of_the_locks_value(subject: Subject) -> None:
             pytest.fail("a lock was entered")
     assert not is_free(subject)  # a value sent back by a client, or copied, releases nothing
     subject.locks.release(subject.key, lock)
+
+
+def test_a_lock_entered_after_its_loss_says_its_release_failed(
+    subject: Subject, portal: Portal
+) -> None:
+    lock = subject.locks.acquire(subject.key, **tag_of(subject))
+    subject.steal()
+    told = r"releasing the lock it names failed \((LockWasReacquired|LockNotFound):"
+    with pytest.raises(TypeError, match=told):
+        portal.call(enter(lock, "async with"))
