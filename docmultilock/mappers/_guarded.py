@@ -20,8 +20,9 @@ from collections.abc import Collection, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from docmultilock import AsyncWriteLock, WriteLock
+from docmultilock._async.managers import AsyncWriteLock
 from docmultilock._lock import Lock
+from docmultilock._sync.managers import WriteLock
 from docmultilock.errors import (
     InvalidArgument,
     LockError,
