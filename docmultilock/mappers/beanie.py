@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from beanie import Document
-from beanie.exceptions import CollectionWasNotInitialized
 from beanie.odm.utils.dump import get_dict, get_top_level_nones
 from pydantic import TypeAdapter, ValidationError
 
@@ -130,12 +129,13 @@ def _collection_of(model: type[LockedDocument]) -> Any:
         raise InvalidConfiguration(
             {"model": "must be a subclass of docmultilock.mappers.beanie.LockedDocument"}
         )
-    try:
-        return model.get_pymongo_collection()
-    except CollectionWasNotInitialized:
+    # init_beanie sets up each model it is given in the model's own class (and its bases
+    # too): one it was not given would reach the base's collection, "LockedDocument".
+    if vars(model).get("_document_settings") is None:
         raise InvalidConfiguration(
-            {"model": f"{model.__name__} is not initialised: call init_beanie(...) first"}
-        ) from None
+            {"model": f"{model.__name__} is not initialised: call init_beanie(...) with it first"}
+        )
+    return model.get_pymongo_collection()
 
 
 def write_lock(model: type[D], **options: Unpack[WriteLockOptions]) -> AsyncRecordLocks[D]:
