@@ -9,6 +9,7 @@ import pytest
 from beanie import BulkWriter, Document, PydanticObjectId, init_beanie
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
+from pydantic import ConfigDict
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.collection import Collection
 from pymongo.results import UpdateResult
@@ -47,6 +48,17 @@ class Untracked(LockedDocument):
         name = "orders"
 
 
+class Loose(LockedDocument):
+    """A model that keeps the fields it does not declare: the lock field is loaded too."""
+
+    model_config = ConfigDict(extra="allow")
+    total: int
+
+    class Settings:
+        name = "orders"
+        use_state_management = True
+
+
 class Plain(Document):
     total: int
 
@@ -76,7 +88,7 @@ class Beanie:
         return self.portal.call(awaited())
 
     async def init(self) -> None:
-        models = [Order, Untracked, Plain, Customer]
+        models = [Order, Untracked, Loose, Plain, Customer]
         await init_beanie(database=self.client[self.name], document_models=models)
 
     async def close(self) -> None:
@@ -179,6 +191,24 @@ def test_a_guarded_save_without_state_management_writes_every_field_and_keeps_th
 
     after = raw(order.id)
     assert (after["total"], after["number"]) == (11, 7)
+    assert lock_bytes(after) == before
+
+
+def test_a_guarded_save_of_a_model_that_loads_the_lock_field_leaves_it_alone(
+    beanie: Beanie, order: Order, raw: Callable[[Any], RawBSONDocument]
+) -> None:
+    loose = write_lock(Loose)
+    lock = beanie.run(loose.acquire(order.id))
+    before = lock_bytes(raw(order.id))
+    record = beanie.run(Loose.get(order.id))
+    assert record is not None
+    record.lock = {"stale": True}  # an extra field, kept by extra="allow"
+    record.total = 11
+
+    beanie.run(loose.save(record, lock))
+
+    after = raw(order.id)
+    assert after["total"] == 11
     assert lock_bytes(after) == before
 
 
