@@ -384,6 +384,36 @@ def test_replace_of_a_plain_document_erases_the_lock_field(
     assert "lock" not in stored
 
 
+def test_a_query_replace_is_not_intercepted_and_erases_the_lock_field(
+    beanie: Beanie, orders: AsyncRecordLocks[Order], order: Order, client: MongoClient[Any]
+) -> None:
+    # Why the how-to says never to use it on a lockable model.
+    beanie.run(orders.acquire(order))
+
+    beanie.run(Order.find_one(Order.id == order.id).replace_one(order))
+
+    stored = client[beanie.name]["orders"].find_one({"_id": order.id})
+    assert stored is not None
+    assert "lock" not in stored
+
+
+def test_beanies_save_of_a_model_that_loads_the_lock_field_writes_back_a_stale_copy(
+    beanie: Beanie, order: Order, client: MongoClient[Any]
+) -> None:
+    # Why the how-to says not to let a lockable model keep the fields it does not declare.
+    loose = write_lock(Loose)
+    lock = beanie.run(loose.acquire(order.id, lock_timeout=30.0))
+    record = beanie.run(Loose.get(order.id))
+    assert record is not None
+    beanie.run(loose.extend(order.id, lock, lock_timeout=600.0))
+
+    beanie.run(record.save())
+
+    stored = client[beanie.name]["orders"].find_one({"_id": order.id})
+    assert stored is not None
+    assert stored["lock"]["expires"] == lock.expires_at.replace(tzinfo=None)
+
+
 def test_records_are_locked_by_the_record_its_id_or_its_id_as_a_string(
     beanie: Beanie, orders: AsyncRecordLocks[Order], order: Order
 ) -> None:

@@ -119,6 +119,35 @@ def test_a_guarded_save_unsets_a_field_left_empty(
     assert "note" not in raw(order.pk)
 
 
+def test_a_guarded_save_leaves_a_field_the_model_does_not_declare_alone(
+    orders: RecordLocks[Order], order: Order, client: MongoClient[Any], database: str
+) -> None:
+    client[database]["orders"].update_one({"_id": order.pk}, {"$set": {"audit": "kept"}})
+    lock = orders.acquire(order)
+    order.total = 11
+
+    orders.save(order, lock)
+
+    stored = client[database]["orders"].find_one({"_id": order.pk})
+    assert stored is not None
+    assert (stored["total"], stored["audit"]) == (11, "kept")
+
+
+def test_a_guarded_save_of_a_record_loaded_with_only_unsets_the_fields_left_out(
+    orders: RecordLocks[Order], order: Order, client: MongoClient[Any], database: str
+) -> None:
+    # Why the how-to says not to save a partly loaded record this way.
+    lock = orders.acquire(order)
+    partial = Order.objects.only("total").get(pk=order.pk)
+
+    orders.save(partial, lock)
+
+    stored = client[database]["orders"].find_one({"_id": order.pk})
+    assert stored is not None
+    assert "note" not in stored
+    assert "lock" in stored
+
+
 def test_a_guarded_save_after_the_lock_was_broken_raises_and_writes_nothing(
     orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
