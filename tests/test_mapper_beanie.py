@@ -275,6 +275,25 @@ def test_a_stale_holder_cannot_save_over_the_next_holders_save(
     assert beanie.run(loaded(order)).total == 20
 
 
+def test_concurrent_writers_through_the_mapper_lose_no_update(
+    beanie: Beanie, orders: AsyncRecordLocks[Order], order: Order
+) -> None:
+    async def add_one_five_times() -> None:
+        for _ in range(5):
+            async with orders.hold(order.id, wait=30.0) as held:
+                record = await loaded(order)
+                await asyncio.sleep(0)  # let the other writers run between load and save
+                record.total += 1
+                await orders.save(record, held.lock)
+
+    async def three_writers() -> None:
+        await asyncio.gather(*(add_one_five_times() for _ in range(3)))
+
+    beanie.run(three_writers())
+
+    assert beanie.run(loaded(order)).total == 10 + 15
+
+
 def test_a_multi_lock_save_after_the_loss_raises_lock_not_found_answered_409(
     beanie: Beanie, order: Order
 ) -> None:

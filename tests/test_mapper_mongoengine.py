@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import mongoengine as me
@@ -213,6 +214,23 @@ def test_a_stale_holder_cannot_save_over_the_next_holders_save(
 
     assert fresh.fence > stale.fence
     assert Order.objects.get(pk=order.pk).total == 20
+
+
+def test_concurrent_writers_through_the_mapper_lose_no_update(
+    orders: RecordLocks[Order], order: Order
+) -> None:
+    def add_one_five_times() -> None:
+        for _ in range(5):
+            with orders.hold(order.pk, wait=30.0) as held:
+                record = Order.objects.get(pk=order.pk)
+                record.total += 1
+                orders.save(record, held.lock)
+
+    with ThreadPoolExecutor(3) as pool:
+        for done in [pool.submit(add_one_five_times) for _ in range(3)]:
+            done.result()
+
+    assert Order.objects.get(pk=order.pk).total == 10 + 15
 
 
 def test_a_multi_lock_save_after_the_loss_raises_lock_not_found(

@@ -60,6 +60,15 @@ class LockedDocument(Document):
     async def replace_many(cls, *args: Any, **kwargs: Any) -> None:  # noqa: D102
         raise InvalidArgument(_refused(cls, "replace_many()"))
 
+    @classmethod
+    def is_initialised(cls) -> bool:
+        """Whether ``init_beanie`` has set this very model up (not only a base of it).
+
+        It sets up each model it is given in the class itself (and its bases too): a model
+        it was not given would reach a base's collection (``"LockedDocument"``).
+        """
+        return cls.__dict__.get("_document_settings") is not None
+
     def mark_saved(self) -> None:
         """Record the fields as stored, for Beanie's state management (``get_changes()``)."""
         self._save_state()
@@ -129,9 +138,7 @@ def _collection_of(model: type[LockedDocument]) -> Any:
         raise InvalidConfiguration(
             {"model": "must be a subclass of docmultilock.mappers.beanie.LockedDocument"}
         )
-    # init_beanie sets up each model it is given in the model's own class (and its bases
-    # too): one it was not given would reach the base's collection, "LockedDocument".
-    if vars(model).get("_document_settings") is None:
+    if not model.is_initialised():
         raise InvalidConfiguration(
             {"model": f"{model.__name__} is not initialised: call init_beanie(...) with it first"}
         )

@@ -54,6 +54,11 @@ class LockedDocument(Document):  # type: ignore[misc]  # MongoEngine ships no ty
 
     meta: ClassVar[dict[str, Any]] = {"abstract": True, "strict": False}
 
+    @classmethod
+    def pymongo_collection(cls) -> Any:
+        """The PyMongo collection of the model's records, on its connection alias."""
+        return cls._get_collection()
+
     def save(self, *args: Any, **kwargs: Any) -> Any:
         """Save as MongoEngine does; a new instance is inserted, never replacing a record."""
         if self._created:
@@ -106,9 +111,9 @@ def _collection_of(model: type[LockedDocument], alias: str | None) -> Any:
             {"model": "must be a subclass of docmultilock.mappers.mongoengine.LockedDocument"}
         )
     if alias is None:
-        return model._get_collection()
+        return model.pymongo_collection()
     with switch_db(model, alias) as switched:
-        return switched._get_collection()
+        return switched.pymongo_collection()
 
 
 def write_lock(
