@@ -7,11 +7,9 @@ from typing import Any, TypeVar
 
 import pytest
 from beanie import BulkWriter, Document, PydanticObjectId, init_beanie
-from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pydantic import ConfigDict
 from pymongo import AsyncMongoClient, MongoClient
-from pymongo.collection import Collection
 from pymongo.results import UpdateResult
 
 from docmultilock import (
@@ -26,6 +24,7 @@ from docmultilock.http import to_problem
 from docmultilock.mappers.beanie import LockedDocument, multi_lock, write_lock
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import Portal
+from tests.helpers import lock_bytes, raw_reader
 
 T = TypeVar("T")
 
@@ -118,23 +117,8 @@ def order(beanie: Beanie) -> Order:
 
 @pytest.fixture
 def raw(client: MongoClient[Any], beanie: Beanie) -> Callable[[Any], RawBSONDocument]:
-    """The stored record, as bytes, read past Beanie."""
-    stored: Collection[RawBSONDocument] = client[beanie.name].get_collection(
-        "orders", codec_options=CodecOptions(RawBSONDocument)
-    )
-
-    def read(_id: Any) -> RawBSONDocument:
-        found = stored.find_one({"_id": _id})
-        assert found is not None
-        return found
-
-    return read
-
-
-def lock_bytes(document: RawBSONDocument) -> bytes:
-    value = document["lock"]
-    assert isinstance(value, RawBSONDocument)
-    return bytes(value.raw)
+    """The stored record, as bytes, read past the mapper."""
+    return raw_reader(client[beanie.name]["orders"])
 
 
 async def loaded(record: Order) -> Order:

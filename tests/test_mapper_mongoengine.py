@@ -9,10 +9,8 @@ from typing import Any
 import mongoengine as me
 import pytest
 from bson import ObjectId
-from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient
-from pymongo.collection import Collection
 from werkzeug.exceptions import Conflict
 
 from docmultilock import (
@@ -27,6 +25,7 @@ from docmultilock import (
 from docmultilock.http import werkzeug_error
 from docmultilock.mappers.mongoengine import LockedDocument, multi_lock, write_lock
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
+from tests.helpers import lock_bytes, raw_reader
 
 
 class Order(LockedDocument):
@@ -75,23 +74,8 @@ def order(database: str) -> Order:
 
 @pytest.fixture
 def raw(client: MongoClient[Any], database: str) -> Callable[[Any], RawBSONDocument]:
-    """The stored record, as bytes, read past MongoEngine."""
-    stored: Collection[RawBSONDocument] = client[database].get_collection(
-        "orders", codec_options=CodecOptions(RawBSONDocument)
-    )
-
-    def read(_id: Any) -> RawBSONDocument:
-        found = stored.find_one({"_id": _id})
-        assert found is not None
-        return found
-
-    return read
-
-
-def lock_bytes(document: RawBSONDocument) -> bytes:
-    value = document["lock"]
-    assert isinstance(value, RawBSONDocument)
-    return bytes(value.raw)
+    """The stored record, as bytes, read past the mapper."""
+    return raw_reader(client[database]["orders"])
 
 
 def test_a_guarded_save_of_a_held_record_lands_and_keeps_the_lock_field_byte_for_byte(

@@ -16,7 +16,7 @@ the record, so the lock field, like every field not named, is kept byte for byte
 
 from __future__ import annotations
 
-from collections.abc import Collection, Generator, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -39,6 +39,7 @@ __all__ = [
     "SaveFlow",
     "Update",
     "plan_save",
+    "record_key",
     "save_flow",
 ]
 
@@ -100,6 +101,36 @@ class GuardedSave:
             filter=self.key,
             lock=self.lock,
         )
+
+
+def record_key(
+    record: object,
+    model: type,
+    *,
+    mapped: type,
+    stored_id: Callable[[Any], object],
+    parse_id: Callable[[object], object],
+) -> dict[str, Any]:
+    """The filter of ``record``: one of ``model``'s records, its id, or a filter as it is.
+
+    :param mapped: the mapper's base class of every model's records.
+    :param stored_id: a record's id, ``None`` while it was never stored.
+    :param parse_id: an id as the model stores it (from a string, say);
+        :class:`~docmultilock.InvalidArgument` when it is not one.
+    :raises InvalidArgument: a record of another model, or one never stored.
+    """
+    if isinstance(record, mapped):
+        if not isinstance(record, model):
+            raise InvalidArgument(
+                f"a {type(record).__name__} record is not a {model.__name__} record"
+            )
+        document_id = stored_id(record)
+        if document_id is None:
+            raise InvalidArgument(f"this {model.__name__} record was never stored")
+        return {"_id": document_id}
+    if isinstance(record, Mapping):
+        return dict(record)
+    return {"_id": parse_id(record)}
 
 
 def plan_save(

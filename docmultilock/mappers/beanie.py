@@ -24,7 +24,6 @@ at once and the fence would start again at 1), so :class:`LockedDocument` refuse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from beanie import Document
@@ -35,6 +34,7 @@ from docmultilock import AsyncMultiLock, AsyncWriteLock
 from docmultilock._async.records import AsyncRecordLocks
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument, InvalidConfiguration
+from docmultilock.mappers._guarded import record_key
 from docmultilock.options import MultiLockOptions, WriteLockOptions
 
 __all__ = ["LockedDocument", "multi_lock", "write_lock"]
@@ -93,25 +93,20 @@ class _BeanieRecords(Generic[D]):
         self.ids: TypeAdapter[Any] = TypeAdapter(annotation)
 
     def key(self, record: object) -> dict[str, Any]:
-        if isinstance(record, Document):
-            if not isinstance(record, self.model):
-                raise InvalidArgument(
-                    f"a {type(record).__name__} record is not a {self.model.__name__} record"
-                )
-            if record.id is None:
-                raise InvalidArgument(f"this {self.model.__name__} record was never inserted")
-            return {"_id": record.id}
-        if isinstance(record, Mapping):
-            return dict(record)
+        return record_key(
+            record, self.model, mapped=Document, stored_id=lambda r: r.id, parse_id=self.parse_id
+        )
+
+    def parse_id(self, value: object) -> object:
         try:
-            document_id = self.ids.validate_python(record)
+            document_id = self.ids.validate_python(value)
         except ValidationError as exc:
             raise InvalidArgument(
-                f"{record!r} is not a {self.model.__name__} id: {exc.errors()[0]['msg']}"
+                f"{value!r} is not a {self.model.__name__} id: {exc.errors()[0]['msg']}"
             ) from None
         if document_id is None:
             raise InvalidArgument(f"None is not a {self.model.__name__} id")
-        return {"_id": document_id}
+        return document_id
 
     def fields(self, record: D) -> tuple[dict[str, Any], list[str]]:
         settings = record.get_settings()

@@ -27,7 +27,6 @@ is and MongoEngine raises ``NotUniqueError``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from mongoengine import Document, ValidationError
@@ -38,6 +37,7 @@ from docmultilock import MultiLock, WriteLock
 from docmultilock._sync.records import RecordLocks
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument, InvalidConfiguration
+from docmultilock.mappers._guarded import record_key
 from docmultilock.options import MultiLockOptions, WriteLockOptions
 
 __all__ = ["LockedDocument", "multi_lock", "write_lock"]
@@ -77,21 +77,16 @@ class _MongoEngineRecords(Generic[D]):
         self.id_field = next(f for f in fields.values() if getattr(f, "db_field", "") == "_id")
 
     def key(self, record: object) -> dict[str, Any]:
-        if isinstance(record, Document):
-            if not isinstance(record, self.model):
-                raise InvalidArgument(
-                    f"a {type(record).__name__} record is not a {self.model.__name__} record"
-                )
-            if record.pk is None:
-                raise InvalidArgument(f"this {self.model.__name__} record was never saved")
-            return {"_id": record.pk}
-        if isinstance(record, Mapping):
-            return dict(record)
+        return record_key(
+            record, self.model, mapped=Document, stored_id=lambda r: r.pk, parse_id=self.parse_id
+        )
+
+    def parse_id(self, value: object) -> object:
         try:
-            self.id_field.validate(record)
+            self.id_field.validate(value)
         except ValidationError as exc:
-            raise InvalidArgument(f"{record!r} is not a {self.model.__name__} id: {exc}") from None
-        return {"_id": self.id_field.to_mongo(record)}
+            raise InvalidArgument(f"{value!r} is not a {self.model.__name__} id: {exc}") from None
+        return self.id_field.to_mongo(value)
 
     def fields(self, record: D) -> tuple[dict[str, Any], list[str]]:
         stored = record.to_mongo()
