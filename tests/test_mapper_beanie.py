@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import pytest
 from beanie import BulkWriter, Document, PydanticObjectId, init_beanie
 from bson.raw_bson import RawBSONDocument
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field, ValidationError
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.results import UpdateResult
 
@@ -31,12 +31,13 @@ T = TypeVar("T")
 
 class Order(LockedDocument):
     number: int
-    total: int
+    total: int = Field(ge=0)
     note: str | None = None
 
     class Settings:
         name = "orders"
         use_state_management = True
+        validate_on_save = True
 
 
 class Untracked(LockedDocument):
@@ -194,6 +195,22 @@ def test_a_guarded_save_of_a_model_that_loads_the_lock_field_leaves_it_alone(
     after = raw(order.id)
     assert after["total"] == 11
     assert lock_bytes(after) == before
+
+
+def test_a_guarded_save_of_an_invalid_record_raises_pydantics_error_and_writes_nothing(
+    beanie: Beanie,
+    orders: AsyncRecordLocks[Order],
+    order: Order,
+    raw: Callable[[Any], RawBSONDocument],
+) -> None:
+    lock = beanie.run(orders.acquire(order))
+    before = raw(order.id).raw
+    order.total = -1  # assignments are not validated
+
+    with pytest.raises(ValidationError):
+        beanie.run(orders.save(order, lock))
+
+    assert raw(order.id).raw == before
 
 
 def test_a_guarded_save_after_the_lock_was_broken_raises_and_writes_nothing(

@@ -133,6 +133,19 @@ def test_a_guarded_save_of_a_record_loaded_with_only_unsets_the_fields_left_out(
     assert "lock" in stored
 
 
+def test_a_guarded_save_of_an_invalid_record_raises_mongoengines_error_and_writes_nothing(
+    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+) -> None:
+    lock = orders.acquire(order)
+    before = raw(order.pk).raw
+    order.total = "many"
+
+    with pytest.raises(me.ValidationError):
+        orders.save(order, lock)
+
+    assert raw(order.pk).raw == before
+
+
 def test_a_guarded_save_after_the_lock_was_broken_raises_and_writes_nothing(
     orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
 ) -> None:

@@ -43,6 +43,10 @@ class RecordMapper(Protocol[R_contra]):
         """
         ...
 
+    async def validate(self, record: R_contra) -> None:
+        """Check ``record`` as the mapper's own save would; raise the mapper's error if not."""
+        ...
+
     def fields(self, record: R_contra) -> tuple[dict[str, Any], list[str]]:
         """What a save of ``record`` writes: the fields to ``$set``, those to ``$unset``.
 
@@ -140,8 +144,12 @@ class AsyncRecordLocks(Generic[R]):
         :raises ResourceNotFound: the record is gone; nothing was written.
         :raises InvalidArgument: a lock of another record, or a field the save must not
             write (``_id``, the lock field); before anything is sent.
+
+        The record is validated first, as the mapper's own save does (its own error, before
+        anything is sent).
         """
         key = self.key(record)
+        await self._mapper.validate(record)
         set_fields, unset_fields = self._mapper.fields(record)
         plan = plan_save(self.locks, key, lock, set_fields=set_fields, unset_fields=unset_fields)
         try:

@@ -108,6 +108,9 @@ class _BeanieRecords(Generic[D]):
             raise InvalidArgument(f"None is not a {self.model.__name__} id")
         return document_id
 
+    async def validate(self, record: D) -> None:
+        await record.validate_self()  # as save() does: when the model's validate_on_save
+
     def fields(self, record: D) -> tuple[dict[str, Any], list[str]]:
         settings = record.get_settings()
         leave_out = {"_id", _REVISION, self.field}

@@ -88,6 +88,9 @@ class _MongoEngineRecords(Generic[D]):
             raise InvalidArgument(f"{value!r} is not a {self.model.__name__} id: {exc}") from None
         return self.id_field.to_mongo(value)
 
+    def validate(self, record: D) -> None:
+        record.validate()  # as save() does
+
     def fields(self, record: D) -> tuple[dict[str, Any], list[str]]:
         stored = record.to_mongo()
         leave_out = {"_id", self.field}
