@@ -20,12 +20,14 @@ from importlib.metadata import PackageNotFoundError, version
 from docmultilock._async.hold import AsyncHeldLock, AsyncHeldLocks
 from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
 from docmultilock._async.named import AsyncNamedLocks
+from docmultilock._async.records import AsyncRecordLocks
 from docmultilock._events import LockEvent, LockListener
 from docmultilock._lock import Lock, LockSchema
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.hold import HeldLock, HeldLocks
 from docmultilock._sync.managers import MultiLock, WriteLock
 from docmultilock._sync.named import NamedLocks
+from docmultilock._sync.records import RecordLocks
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
@@ -59,6 +61,7 @@ __all__ = [
     "AsyncHeldLocks",
     "AsyncMultiLock",
     "AsyncNamedLocks",
+    "AsyncRecordLocks",
     "AsyncWriteLock",
     "CooperativeLock",
     "DbError",
@@ -84,6 +87,7 @@ __all__ = [
     "LocksLeftBehind",
     "MultiLock",
     "NamedLocks",
+    "RecordLocks",
     "ResourceNotFound",
     "TooManyHolders",
     "WriteLock",

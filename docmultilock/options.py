@@ -45,6 +45,7 @@ __all__ = [
     "parse_field_name",
     "parse_lifetime_ms",
     "parse_write_concern",
+    "raised_for",
     "take_keywords",
 ]
 
@@ -142,6 +143,21 @@ def parse_field_name(value: object) -> str:
 Duration = float | int | timedelta
 #: Turns a LockError into the exception to raise instead (e.g. a framework's HTTP error).
 ErrorFactory = Callable[[LockError], BaseException]
+
+
+def raised_for(err: LockError, error_factory: ErrorFactory | None) -> BaseException:
+    """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
+
+    The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
+    through, keeps its own).
+    """
+    if error_factory is None:
+        return err
+    replacement = error_factory(err)
+    if replacement is not err:  # passed through: it keeps its own cause
+        replacement.__cause__ = err
+    return replacement
+
 
 #: Called once, from wherever the loss was found, with the lock and why it is lost.
 OnLost = Callable[[Lock, LockError], object]

@@ -34,7 +34,8 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
 # The docs env (tox's `docs` extra) has no pytest; only the plugin module's docstring is used.
-autodoc_mock_imports = ["pytest"]
+# Nor the mappers (optional extras): their modules' own classes and functions are documented.
+autodoc_mock_imports = ["pytest", "beanie", "mongoengine", "pydantic"]
 
 html_theme = "furo"
 html_static_path = ["_static"]
@@ -63,6 +64,13 @@ nitpick_ignore = [
     # require()'s type variable: it returns what it is given.
     ("py:class", "docmultilock._async.hold.T"),
     ("py:class", "docmultilock._sync.hold.T"),
+    # A record manager's record type, and what its mapper module gives it (private).
+    ("py:class", "docmultilock._async.records.R"),
+    ("py:class", "docmultilock._sync.records.R"),
+    ("py:class", "docmultilock._async.records.RecordMapper"),
+    ("py:class", "docmultilock._sync.records.RecordMapper"),
+    ("py:class", "docmultilock.mappers.beanie.D"),
+    ("py:class", "docmultilock.mappers.mongoengine.D"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),

@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 
@@ -74,6 +76,27 @@ def stored_lock(collection: Collection[Doc], _id: Any = 1, field: str = "lock") 
     found = collection.find_one({"_id": _id}, {field: 1})
     assert found is not None
     return found.get(field)
+
+
+def raw_reader(collection: Collection[Any]) -> Callable[[Any], RawBSONDocument]:
+    """``read(_id)``: the stored document, as its bytes, read past any mapper."""
+    raw: Collection[RawBSONDocument] = collection.with_options(
+        codec_options=CodecOptions(RawBSONDocument)
+    )
+
+    def read(_id: Any) -> RawBSONDocument:
+        found = raw.find_one({"_id": _id})
+        assert found is not None
+        return found
+
+    return read
+
+
+def lock_bytes(document: RawBSONDocument, field: str = "lock") -> bytes:
+    """The bytes of ``document``'s lock field, to compare byte for byte."""
+    value = document[field]
+    assert isinstance(value, RawBSONDocument)
+    return bytes(value.raw)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:

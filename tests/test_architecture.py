@@ -76,6 +76,14 @@ TOOLING_PREFIXES = (
 )
 
 
+#: The mapper integrations, each an optional extra: the mapper each one imports. Nothing
+#: else in the library imports them (or a mapper), so the core installs without any.
+MAPPERS = {
+    "docmultilock.mappers.beanie": "beanie",
+    "docmultilock.mappers.mongoengine": "mongoengine",
+}
+
+
 def is_module(name: str) -> bool:
     """True when ``name`` is a module or package of the source tree."""
     where = PACKAGE.parent / Path(*name.split("."))
@@ -140,6 +148,15 @@ def test_the_core_imports_no_driver_shell_or_client(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(n for n in GRAPH if not is_tooling(n)))
 def test_the_library_imports_no_tooling(name: str) -> None:
     assert not {m for m in OURS[name] if is_tooling(m)}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH))
+def test_only_a_mappers_module_imports_the_mapper_and_no_module_imports_it(name: str) -> None:
+    for module, mapper in MAPPERS.items():
+        if name == module:
+            continue
+        assert module not in OURS[name]
+        assert not {m for m in GRAPH[name] if m == mapper or m.startswith(f"{mapper}.")}
 
 
 @pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.startswith("docmultilock._sync")))

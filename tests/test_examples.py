@@ -289,6 +289,38 @@ def test_fastapi_example_refuses_an_id_that_is_not_an_int64_with_422(
     assert (collection.find_one({"_id": 1}) or {})["status"] == "new"
 
 
+def test_beanie_example_saves_under_the_records_lock_and_answers_problem_json(
+    uri: str,
+) -> None:
+    lines = run_example("mapper_beanie.py", uri).splitlines()
+
+    assert lines == [
+        "GET /orders/{id} -> 200 application/json",
+        "  order: {'number': 7, 'status': 'new', 'total': 10}",
+        "POST /orders/{id}/pay -> 200 application/json",
+        "  paid: {'number': 7, 'status': 'paid', 'total': 10}",
+        "POST /orders/{id}/pay -> 409 application/problem+json",
+        "  while it is held: Lock wait timed out (LockTimeout)",
+        "POST /orders/{unknown}/pay -> 404 application/problem+json",
+        "  unknown order: Document not found (ResourceNotFound)",
+        "POST /orders/not-an-id/pay -> 422 application/json",
+    ]
+
+
+def test_mongoengine_example_saves_under_the_lock_and_refuses_the_stale_holder(
+    uri: str,
+) -> None:
+    lines = run_example("mapper_mongoengine.py", uri).splitlines()
+
+    assert lines == [
+        "saved under fence 1: paid",
+        "lock released: locked=False",
+        "stale save refused: LockWasReacquired (HTTP 409)",
+        "replacing the record refused; still locked: True",
+        "order now: total=20",
+    ]
+
+
 def test_nightly_report_runs_on_exactly_one_instance(uri: str) -> None:
     lines = run_example("nightly_report.py", uri).splitlines()
 

@@ -43,7 +43,7 @@ from docmultilock._operations import LockOperations
 from docmultilock._settle import Settle
 from docmultilock._sync.wakeup import Watchers
 from docmultilock.errors import LockError
-from docmultilock.options import ErrorFactory
+from docmultilock.options import ErrorFactory, raised_for
 
 __all__ = ["MongoIO", "Runner", "run", "server_hello"]
 
@@ -215,14 +215,5 @@ class Runner:
         return unclaimed(lock, lambda: self.unmapped(ops.release(held, clock=self.clock)))
 
     def mapped(self, err: LockError) -> BaseException:
-        """What a public method raises for ``err``: ``error_factory(err)``, or ``err`` itself.
-
-        The factory's exception gets ``err`` as its ``__cause__`` (``err`` itself, passed
-        through, keeps its own).
-        """
-        if self._error_factory is None:
-            return err
-        replacement = self._error_factory(err)
-        if replacement is not err:  # passed through: it keeps its own cause
-            replacement.__cause__ = err
-        return replacement
+        """What a public method raises for ``err`` (:func:`~docmultilock.options.raised_for`)."""
+        return raised_for(err, self._error_factory)

@@ -1,0 +1,1 @@
+"""Locks on the records of object-document mappers: one module per mapper, each an optional extra."""
