@@ -21,13 +21,18 @@ lock errors:
       from docmultilock.http import werkzeug_error
       locks = WriteLock(db.orders, error_factory=werkzeug_error)  # Flask answers 409
 
+* Django: put :class:`DjangoProblemMiddleware` in ``MIDDLEWARE``; every lock error a view
+  lets through is answered as ``application/problem+json`` with its status::
+
+      MIDDLEWARE = [..., "docmultilock.http.DjangoProblemMiddleware"]
+
 * :func:`starlette_error` is kept for code that uses it: an ``error_factory`` raising a
   Starlette ``HTTPException`` whose ``detail`` is the problem. FastAPI's default handler
   nests it, ``{"detail": {...problem...}}``, as plain ``application/json``; plain
   Starlette's needs a string ``detail``. Prefer the handler.
 
-Werkzeug and Starlette are optional: each is imported only when a function that needs it
-is called.
+Werkzeug, Starlette and Django are optional: each is imported only when a function that
+needs it is called.
 
 Problem ``type`` URIs are URNs, ``urn:docmultilock:error:<code>`` with ``code`` the error's
 class name (``urn:docmultilock:error:LockAlreadyTaken``). They identify the error kind and
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from docmultilock.errors import LockError
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROBLEM_JSON",
     "TYPE_PREFIX",
+    "DjangoProblemMiddleware",
     "install_problem_handler",
     "problem_response",
     "starlette_error",
@@ -110,6 +117,12 @@ def to_problem(err: LockError) -> dict[str, Any]:
     return problem
 
 
+def _log_server_failure(method: str, path: str, err: LockError) -> None:
+    """Log a server-side failure (5xx) with its traceback: its problem leaves the message out."""
+    if err.status_code >= 500:
+        log.error("%s %s answered %d: %s", method, path, err.status_code, err.code, exc_info=err)
+
+
 def _missing(package: str, name: str) -> ImportError:
     """The ImportError of ``docmultilock.http.<name>`` when ``package`` is not installed."""
     return ImportError(f"docmultilock.http.{name} needs {package}: pip install {package}")
@@ -136,15 +149,7 @@ async def problem_response(request: Request, exc: Exception) -> Response:
         from starlette.responses import JSONResponse
     except ImportError as err:
         raise _missing("starlette", "problem_response") from err
-    if exc.status_code >= 500:
-        log.error(
-            "%s %s answered %d: %s",
-            request.method,
-            request.url.path,
-            exc.status_code,
-            exc.code,
-            exc_info=exc,
-        )
+    _log_server_failure(request.method, request.url.path, exc)
     return JSONResponse(to_problem(exc), exc.status_code, media_type=PROBLEM_JSON)
 
 
@@ -209,3 +214,40 @@ def starlette_error(err: LockError) -> StarletteHTTPException:
     # declares it Any and JSON-encodes it, which is the handler this factory serves.
     detail: Any = to_problem(err)
     return HTTPException(err.status_code, detail=detail)
+
+
+class DjangoProblemMiddleware:
+    """Django middleware: answer a :class:`~docmultilock.LockError` from any view as problem JSON.
+
+    Listed in ``MIDDLEWARE`` (``"docmultilock.http.DjangoProblemMiddleware"``), it answers
+    every ``LockError`` a view lets through with :func:`to_problem` as
+    ``application/problem+json`` and the error's status (409 while another holds the
+    record, 404 for an unknown one), so views need no ``try`` for lock errors. A
+    server-side failure (5xx) is also logged with its traceback on the ``docmultilock``
+    logger, since its problem leaves the message out. Other exceptions are Django's.
+    """
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        """Answer ``request`` through the next layer (its exceptions come to the hook below)."""
+        return self.get_response(request)
+
+    def process_exception(self, request: Any, exception: Exception) -> Any:
+        """Django's hook: the problem response for a ``LockError``, else ``None`` (not ours).
+
+        :raises ImportError: Django is not installed.
+        """
+        if not isinstance(exception, LockError):
+            return None
+        try:
+            from django.http import HttpResponse  # type: ignore[import-untyped]
+        except ImportError as err:
+            raise _missing("django", "DjangoProblemMiddleware") from err
+        _log_server_failure(request.method, request.path, exception)
+        return HttpResponse(
+            json.dumps(to_problem(exception)),
+            status=exception.status_code,
+            content_type=PROBLEM_JSON,
+        )

@@ -4,15 +4,17 @@
 
 The records live in MongoDB, reached through pymongo: no Django model, no Django database.
 The view holds the order's lock with ``WriteLock.hold()`` for the span of the request,
-writes through the lock's guard, and releases it on the way out. A middleware answers
-every :class:`~docmultilock.LockError` a view lets through as RFC 9457
+writes through the lock's guard, and releases it on the way out. A middleware,
+:class:`docmultilock.http.DjangoProblemMiddleware`, answers every
+:class:`~docmultilock.LockError` a view lets through as RFC 9457
 ``application/problem+json`` with the error's status: 409 while another request (on any
 server) holds the order, 404 for an unknown one. Django sees no ``error_factory``: the
 lock manager raises its own errors, and the views need no ``try`` for them.
 
-In a project, :class:`LockProblemMiddleware` goes in ``MIDDLEWARE``, and :func:`use_orders`
-is called once at start-up (an ``AppConfig.ready()``) with the collection your settings
-name. Here :func:`configure` makes the whole setup with ``settings.configure()``.
+In a project, ``"docmultilock.http.DjangoProblemMiddleware"`` goes in ``MIDDLEWARE``, and
+:func:`use_orders` is called once at start-up (an ``AppConfig.ready()``) with the
+collection your settings name. Here :func:`configure` makes the whole setup with
+``settings.configure()``.
 
 Run it as a script: ``main()`` drives the view with ``django.test.Client``, against
 DOCMULTILOCK_MONGODB_URI, or an embedded server when that is unset. It needs Django, which
@@ -25,27 +27,22 @@ the ``django`` extra installs; from a clone of the repository::
 from __future__ import annotations
 
 import json
-import logging
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 # Django ships no type hints (they are in the separate django-stubs, with a mypy plugin):
 # its names are Any here.
 import django  # type: ignore[import-untyped]
 from django.conf import settings  # type: ignore[import-untyped]
-from django.http import HttpRequest, HttpResponse, JsonResponse  # type: ignore[import-untyped]
+from django.http import HttpRequest, JsonResponse  # type: ignore[import-untyped]
 from django.test import Client  # type: ignore[import-untyped]
 from django.urls import path, register_converter  # type: ignore[import-untyped]
 from django.views.decorators.http import require_http_methods  # type: ignore[import-untyped]
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
-from docmultilock import LockError, WriteLock
-from docmultilock.http import PROBLEM_JSON, to_problem
+from docmultilock import WriteLock
 from docmultilock.testing import mongodb_uri
-
-log = logging.getLogger(__name__)
 
 STATUSES = frozenset({"new", "paid", "shipped"})
 
@@ -77,29 +74,6 @@ def orders() -> Orders:
     if _orders is None:
         raise RuntimeError("call use_orders(collection) at start-up")
     return _orders
-
-
-class LockProblemMiddleware:
-    """Answer a :class:`~docmultilock.LockError` from any view as problem JSON."""
-
-    def __init__(self, get_response: Callable[[Any], Any]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> Any:
-        return self.get_response(request)
-
-    def process_exception(self, request: HttpRequest, exception: Exception) -> Any:
-        if not isinstance(exception, LockError):
-            return None  # not ours: Django's own handling
-        if exception.status_code >= 500:
-            # The problem leaves a database error's message out (it can name hosts and
-            # internals); the log keeps it.
-            log.error("%s %s: %s", request.method, request.path, exception, exc_info=exception)
-        return HttpResponse(
-            json.dumps(to_problem(exception)),
-            status=exception.status_code,
-            content_type=PROBLEM_JSON,
-        )
 
 
 def set_status(request: HttpRequest, order_id: int) -> Any:
@@ -152,7 +126,7 @@ def configure() -> None:
         SECRET_KEY="recipe-only-not-secret",  # nothing here signs or keeps sessions
         ALLOWED_HOSTS=["testserver", "localhost"],
         ROOT_URLCONF=__name__,
-        MIDDLEWARE=[f"{__name__}.LockProblemMiddleware"],
+        MIDDLEWARE=["docmultilock.http.DjangoProblemMiddleware"],
         INSTALLED_APPS=[],
         DATABASES={},  # the records live in MongoDB, through pymongo
         USE_TZ=True,

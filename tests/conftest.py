@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -68,6 +69,20 @@ def open_streams(flavour: str, twins: Twins) -> Callable[[], int]:
         return AsyncWatchers.current().open_streams()
 
     return lambda: twins.portal.call(count())
+
+
+@pytest.fixture(scope="session")
+def django_recipe() -> ModuleType:
+    """The Django recipe, with Django configured for it.
+
+    Once per process, for every test that uses Django: Django's settings are per process
+    (the recipe's configuration is the process's).
+    """
+    from tests.test_examples import load_example
+
+    recipe = load_example("recipe_django.py")
+    recipe.configure()
+    return recipe
 
 
 @pytest.fixture

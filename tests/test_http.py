@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -42,6 +43,7 @@ from docmultilock import (
 )
 from docmultilock.http import (
     PROBLEM_JSON,
+    DjangoProblemMiddleware,
     install_problem_handler,
     problem_response,
     starlette_error,
@@ -368,19 +370,20 @@ def test_the_handler_names_the_package_when_starlette_is_missing(
         asyncio.run(problem_response(request, LockAlreadyTaken("locked")))
 
 
-def test_the_module_imports_without_starlette_or_werkzeug() -> None:
+def test_the_module_imports_without_starlette_werkzeug_or_django() -> None:
     code = (
         "import sys\n"
-        "for name in ('starlette', 'werkzeug', 'fastapi'): sys.modules[name] = None\n"
+        "for name in ('starlette', 'werkzeug', 'fastapi', 'django'): sys.modules[name] = None\n"
         "import docmultilock.http\n"
-        "print(sorted(n for n in sys.modules if n.startswith(('starlette', 'werkzeug'))))"
+        "print(sorted(n for n in sys.modules if n.startswith(('starlette', 'werkzeug', 'django'))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['starlette', 'werkzeug']"  # the blocked entries only
+    # The blocked entries only.
+    assert done.stdout.strip() == "['django', 'starlette', 'werkzeug']"
 
 
 def test_a_fastapi_app_answers_a_missing_document_with_404_problem_json() -> None:
@@ -474,3 +477,59 @@ def test_starlette_error_on_fastapi_nests_the_problem_under_detail(
     assert response.status_code == 409
     assert response.headers["content-type"] == "application/json"
     assert response.json()["detail"]["code"] == "LockAlreadyTaken"
+
+
+# -- Django ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def django_request(django_recipe: ModuleType) -> Any:
+    """A Django request (Django's settings come from the recipe's configuration)."""
+    from django.test import RequestFactory  # type: ignore[import-untyped]
+
+    return RequestFactory().put("/orders/1")
+
+
+def test_the_django_middleware_answers_a_lock_error_as_problem_json_with_its_status(
+    django_request: Any,
+) -> None:
+    middleware = DjangoProblemMiddleware(lambda request: None)
+    error = LockAlreadyTaken("locked", filter={"_id": 1})
+
+    response = middleware.process_exception(django_request, error)
+
+    assert (response.status_code, response["Content-Type"]) == (409, PROBLEM_JSON)
+    assert json.loads(response.content) == to_problem(error)
+
+
+def test_the_django_middleware_hides_a_database_error_and_logs_it(
+    django_request: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    middleware = DjangoProblemMiddleware(lambda request: None)
+    error = DbError("connection to db-7.internal:27017 refused", filter={"_id": 1})
+
+    with caplog.at_level(logging.ERROR, logger="docmultilock"):
+        response = middleware.process_exception(django_request, error)
+
+    assert response.status_code == 500
+    assert response["Content-Type"] == PROBLEM_JSON
+    problem = json.loads(response.content)
+    assert problem["code"] == "DbError"
+    assert "db-7.internal" not in problem["detail"]
+    assert "db-7.internal" in caplog.text
+
+
+def test_the_django_middleware_leaves_other_errors_to_django(django_request: Any) -> None:
+    middleware = DjangoProblemMiddleware(lambda request: None)
+
+    assert middleware.process_exception(django_request, ValueError("x")) is None
+
+
+def test_the_django_middleware_needs_django_only_to_answer(
+    django_request: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    middleware = DjangoProblemMiddleware(lambda request: None)
+    monkeypatch.setitem(sys.modules, "django.http", None)
+
+    with pytest.raises(ImportError, match="pip install django"):
+        middleware.process_exception(django_request, LockAlreadyTaken("locked"))

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 # Django ships no type hints (django-stubs would need a mypy plugin): its names are Any here.
-from django.test import Client, RequestFactory  # type: ignore[import-untyped]
+from django.test import Client  # type: ignore[import-untyped]
 from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from docmultilock import DbError, LockWasReacquired, NamedLocks, WriteLock
+from docmultilock import LockWasReacquired, NamedLocks, WriteLock
 from docmultilock.http import PROBLEM_JSON
 from tests.helpers import Doc
 from tests.test_examples import load_example, run_example
@@ -151,14 +151,6 @@ def test_django_recipe_script_answers_a_busy_order_with_problem_json(uri: str) -
     ]
 
 
-@pytest.fixture(scope="module")
-def django_recipe() -> ModuleType:
-    """The recipe, with Django configured for it (once: Django's settings are per process)."""
-    recipe = load_example("recipe_django.py")
-    recipe.configure()
-    return recipe
-
-
 @pytest.fixture
 def django_browser(django_recipe: ModuleType, collection: Collection[Doc]) -> Any:
     collection.insert_one(dict(ORDER))
@@ -223,32 +215,6 @@ def test_django_recipe_refuses_a_status_it_does_not_know_with_400(
 
 def test_django_recipe_allows_only_put(django_browser: Any) -> None:
     assert django_browser.get("/orders/1").status_code == 405
-
-
-def test_django_recipe_middleware_hides_a_database_error_and_logs_it(
-    django_recipe: ModuleType, caplog: pytest.LogCaptureFixture
-) -> None:
-    middleware = django_recipe.LockProblemMiddleware(lambda request: None)
-    request = RequestFactory().put("/orders/1")
-    error = DbError("connection to db-7.internal:27017 refused", filter={"_id": 1})
-
-    with caplog.at_level(logging.ERROR):
-        response = middleware.process_exception(request, error)
-
-    assert response.status_code == 500
-    assert response["Content-Type"] == PROBLEM_JSON
-    problem = json.loads(response.content)
-    assert problem["code"] == "DbError"
-    assert "db-7.internal" not in problem["detail"]
-    assert "db-7.internal" in caplog.text
-
-
-def test_django_recipe_middleware_leaves_other_errors_to_django(
-    django_recipe: ModuleType,
-) -> None:
-    middleware = django_recipe.LockProblemMiddleware(lambda request: None)
-
-    assert middleware.process_exception(RequestFactory().get("/"), ValueError("x")) is None
 
 
 # -- Celery --------------------------------------------------------------------------------
