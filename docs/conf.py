@@ -35,7 +35,7 @@ autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
 # The docs env (tox's `docs` extra) has no pytest; only the plugin module's docstring is used.
 # Nor the mappers (optional extras): their modules' own classes and functions are documented.
-autodoc_mock_imports = ["pytest", "beanie", "mongoengine", "pydantic"]
+autodoc_mock_imports = ["pytest", "beanie", "mongoengine", "pydantic", "django"]
 
 html_theme = "furo"
 html_static_path = ["_static"]
@@ -71,6 +71,8 @@ nitpick_ignore = [
     ("py:class", "docmultilock._sync.records.RecordMapper"),
     ("py:class", "docmultilock.mappers.beanie.D"),
     ("py:class", "docmultilock.mappers.mongoengine.D"),
+    ("py:class", "docmultilock.mappers.django.M"),
+    ("py:class", "docmultilock.mappers.django.L"),
     # The optional frameworks' exceptions, named under TYPE_CHECKING in docmultilock.http.
     ("py:class", "StarletteHTTPException"),
     ("py:class", "WerkzeugHTTPException"),

@@ -76,7 +76,8 @@ def django_recipe() -> ModuleType:
     """The Django recipe, with Django configured for it.
 
     Once per process, for every test that uses Django: Django's settings are per process
-    (the recipe's configuration is the process's).
+    (the recipe's configuration is the process's; ``tests/test_mapper_django.py`` adds its
+    MongoDB database to it).
     """
     from tests.test_examples import load_example
 

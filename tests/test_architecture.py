@@ -81,6 +81,7 @@ TOOLING_PREFIXES = (
 MAPPERS = {
     "docmultilock.mappers.beanie": "beanie",
     "docmultilock.mappers.mongoengine": "mongoengine",
+    "docmultilock.mappers.django": "django",
 }
 
 
