@@ -492,6 +492,29 @@ def test_a_model_init_beanie_has_not_set_up_is_refused() -> None:
         write_lock(Unset)
 
 
+def test_a_model_defined_after_init_beanie_set_up_another_keeps_its_fields(
+    beanie: Beanie,
+) -> None:
+    # The fixture's init_beanie set up LockedDocument too, as Beanie sets up a model's bases.
+    class Late(LockedDocument):
+        total: int = 0
+
+        class Settings:
+            name = "late"
+
+    async def lock_one() -> bool:
+        await init_beanie(database=beanie.client[beanie.name], document_models=[Late])
+        late = await Late(total=3).insert()
+        locks = write_lock(Late, lock_timeout=30.0)
+        lock = await locks.acquire(late)
+        held = await locks.locked(late)
+        await locks.release(late, lock)
+        return held
+
+    assert Late().id is None
+    assert beanie.run(lock_one())
+
+
 def test_the_guard_filters_beanies_own_query_updates(
     beanie: Beanie, orders: AsyncRecordLocks[Order], order: Order
 ) -> None:

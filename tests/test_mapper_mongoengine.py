@@ -28,7 +28,9 @@ from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.helpers import lock_bytes, raw_reader
 
 
-class Order(LockedDocument):
+# Named apart from the docs' ``Order``: MongoEngine registers documents by class name, and
+# disconnect() resets the cached collection only of the class registered under that name.
+class ShopOrder(LockedDocument):
     number = me.IntField()
     total = me.IntField()
     note = me.StringField()
@@ -62,13 +64,13 @@ def database(uri: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def orders(database: str) -> RecordLocks[Order]:
-    return write_lock(Order, lock_timeout=30.0)
+def orders(database: str) -> RecordLocks[ShopOrder]:
+    return write_lock(ShopOrder, lock_timeout=30.0)
 
 
 @pytest.fixture
-def order(database: str) -> Order:
-    made: Order = Order(number=7, total=10, note="new").save()
+def order(database: str) -> ShopOrder:
+    made: ShopOrder = ShopOrder(number=7, total=10, note="new").save()
     return made
 
 
@@ -79,11 +81,11 @@ def raw(client: MongoClient[Any], database: str) -> Callable[[Any], RawBSONDocum
 
 
 def test_a_guarded_save_of_a_held_record_lands_and_keeps_the_lock_field_byte_for_byte(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
     lock = orders.acquire(order)
     before = lock_bytes(raw(order.pk))
-    loaded = Order.objects.get(pk=order.pk)
+    loaded = ShopOrder.objects.get(pk=order.pk)
     loaded.total = 11
 
     orders.save(loaded, lock)
@@ -94,7 +96,7 @@ def test_a_guarded_save_of_a_held_record_lands_and_keeps_the_lock_field_byte_for
 
 
 def test_a_guarded_save_unsets_a_field_left_empty(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
     lock = orders.acquire(order)
     order.note = None
@@ -105,7 +107,7 @@ def test_a_guarded_save_unsets_a_field_left_empty(
 
 
 def test_a_guarded_save_leaves_a_field_the_model_does_not_declare_alone(
-    orders: RecordLocks[Order], order: Order, client: MongoClient[Any], database: str
+    orders: RecordLocks[ShopOrder], order: ShopOrder, client: MongoClient[Any], database: str
 ) -> None:
     client[database]["orders"].update_one({"_id": order.pk}, {"$set": {"audit": "kept"}})
     lock = orders.acquire(order)
@@ -119,11 +121,11 @@ def test_a_guarded_save_leaves_a_field_the_model_does_not_declare_alone(
 
 
 def test_a_guarded_save_of_a_record_loaded_with_only_unsets_the_fields_left_out(
-    orders: RecordLocks[Order], order: Order, client: MongoClient[Any], database: str
+    orders: RecordLocks[ShopOrder], order: ShopOrder, client: MongoClient[Any], database: str
 ) -> None:
     # Why the how-to says not to save a partly loaded record this way.
     lock = orders.acquire(order)
-    partial = Order.objects.only("total").get(pk=order.pk)
+    partial = ShopOrder.objects.only("total").get(pk=order.pk)
 
     orders.save(partial, lock)
 
@@ -134,7 +136,7 @@ def test_a_guarded_save_of_a_record_loaded_with_only_unsets_the_fields_left_out(
 
 
 def test_a_guarded_save_of_an_invalid_record_raises_mongoengines_error_and_writes_nothing(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
     lock = orders.acquire(order)
     before = raw(order.pk).raw
@@ -147,7 +149,7 @@ def test_a_guarded_save_of_an_invalid_record_raises_mongoengines_error_and_write
 
 
 def test_a_guarded_save_after_the_lock_was_broken_raises_and_writes_nothing(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
     lock = orders.acquire(order)
     orders.locks.break_lock(orders.key(order), everyone=True)
@@ -162,7 +164,7 @@ def test_a_guarded_save_after_the_lock_was_broken_raises_and_writes_nothing(
 
 
 def test_a_guarded_save_after_the_lock_expired_raises_and_writes_nothing(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
     lock = orders.acquire(order, lock_timeout=0.3)
     time.sleep(0.5)
@@ -176,7 +178,7 @@ def test_a_guarded_save_after_the_lock_expired_raises_and_writes_nothing(
 
 
 def test_a_guarded_save_with_nothing_changed_still_raises_after_the_loss(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     lock = orders.acquire(order)
     orders.release(order, lock)
@@ -186,21 +188,21 @@ def test_a_guarded_save_with_nothing_changed_still_raises_after_the_loss(
 
 
 def test_a_guarded_save_of_a_deleted_record_raises_resource_not_found(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     lock = orders.acquire(order)
-    Order.objects(pk=order.pk).delete()
+    ShopOrder.objects(pk=order.pk).delete()
 
     with pytest.raises(ResourceNotFound):
         orders.save(order, lock)
 
 
 def test_a_stale_holder_cannot_save_over_the_next_holders_save(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     stale = orders.acquire(order, lock_timeout=0.3)
     time.sleep(0.5)
-    mine = Order.objects.get(pk=order.pk)
+    mine = ShopOrder.objects.get(pk=order.pk)
     fresh = orders.acquire(mine)
     mine.total = 20
     orders.save(mine, fresh)
@@ -210,16 +212,16 @@ def test_a_stale_holder_cannot_save_over_the_next_holders_save(
         orders.save(order, stale)
 
     assert fresh.fence > stale.fence
-    assert Order.objects.get(pk=order.pk).total == 20
+    assert ShopOrder.objects.get(pk=order.pk).total == 20
 
 
 def test_concurrent_writers_through_the_mapper_lose_no_update(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     def add_one_five_times() -> None:
         for _ in range(5):
             with orders.hold(order.pk, wait=30.0) as held:
-                record = Order.objects.get(pk=order.pk)
+                record = ShopOrder.objects.get(pk=order.pk)
                 record.total += 1
                 orders.save(record, held.lock)
 
@@ -227,13 +229,13 @@ def test_concurrent_writers_through_the_mapper_lose_no_update(
         for done in [pool.submit(add_one_five_times) for _ in range(3)]:
             done.result()
 
-    assert Order.objects.get(pk=order.pk).total == 10 + 15
+    assert ShopOrder.objects.get(pk=order.pk).total == 10 + 15
 
 
 def test_a_multi_lock_save_after_the_loss_raises_lock_not_found(
-    database: str, order: Order
+    database: str, order: ShopOrder
 ) -> None:
-    orders = multi_lock(Order)
+    orders = multi_lock(ShopOrder)
     lock = orders.acquire(order, tag="write")
     orders.release(order, lock)
 
@@ -244,9 +246,9 @@ def test_a_multi_lock_save_after_the_loss_raises_lock_not_found(
 
 
 def test_a_save_after_the_loss_is_raised_through_the_error_factory(
-    database: str, order: Order
+    database: str, order: ShopOrder
 ) -> None:
-    orders = write_lock(Order, error_factory=werkzeug_error)
+    orders = write_lock(ShopOrder, error_factory=werkzeug_error)
     lock = orders.acquire(order)
     orders.release(order, lock)
 
@@ -257,7 +259,7 @@ def test_a_save_after_the_loss_is_raised_through_the_error_factory(
     assert caught.value.get_response().status_code == 409
 
 
-def save_total(record: Order) -> object:
+def save_total(record: ShopOrder) -> object:
     record.total = 12
     return record.save()
 
@@ -268,23 +270,27 @@ def save_total(record: Order) -> object:
         pytest.param(save_total, id="save"),
         pytest.param(lambda o: o.update(set__total=12), id="update"),
         pytest.param(lambda o: o.modify(total=12), id="modify"),
-        pytest.param(lambda o: Order.objects(pk=o.pk).update(set__total=12), id="objects-update"),
         pytest.param(
-            lambda o: Order.objects(pk=o.pk).update_one(set__total=12), id="objects-update_one"
+            lambda o: ShopOrder.objects(pk=o.pk).update(set__total=12), id="objects-update"
         ),
-        pytest.param(lambda o: Order.objects(pk=o.pk).modify(set__total=12), id="objects-modify"),
+        pytest.param(
+            lambda o: ShopOrder.objects(pk=o.pk).update_one(set__total=12), id="objects-update_one"
+        ),
+        pytest.param(
+            lambda o: ShopOrder.objects(pk=o.pk).modify(set__total=12), id="objects-modify"
+        ),
     ],
 )
 def test_mongoengines_own_writes_of_a_loaded_record_keep_the_lock_field(
-    orders: RecordLocks[Order],
-    order: Order,
+    orders: RecordLocks[ShopOrder],
+    order: ShopOrder,
     raw: Callable[[Any], RawBSONDocument],
-    write: Callable[[Order], object],
+    write: Callable[[ShopOrder], object],
 ) -> None:
     orders.acquire(order)
     before = lock_bytes(raw(order.pk))
 
-    write(Order.objects.get(pk=order.pk))
+    write(ShopOrder.objects.get(pk=order.pk))
 
     after = raw(order.pk)
     assert after["total"] == 12
@@ -292,19 +298,19 @@ def test_mongoengines_own_writes_of_a_loaded_record_keep_the_lock_field(
 
 
 def test_a_new_instance_with_a_stored_records_id_is_refused_and_the_lock_kept(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
     orders.acquire(order)
     before = raw(order.pk).raw
 
     with pytest.raises(me.NotUniqueError):
-        Order(pk=order.pk, total=1).save()
+        ShopOrder(pk=order.pk, total=1).save()
 
     assert raw(order.pk).raw == before
 
 
 def test_a_strict_model_cannot_load_a_locked_record(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     orders.acquire(order)
 
@@ -313,7 +319,7 @@ def test_a_strict_model_cannot_load_a_locked_record(
 
 
 def test_records_are_locked_by_the_record_its_id_or_its_id_as_a_string(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     lock = orders.acquire(order)
 
@@ -328,20 +334,20 @@ def test_records_are_locked_by_the_record_its_id_or_its_id_as_a_string(
     [
         pytest.param("not-an-id", id="malformed-id"),
         pytest.param(Customer(name="x"), id="another-model"),
-        pytest.param(Order(total=1), id="never-saved"),
+        pytest.param(ShopOrder(total=1), id="never-saved"),
     ],
 )
 def test_a_key_that_is_not_one_of_the_models_records_is_refused(
-    orders: RecordLocks[Order], key: object
+    orders: RecordLocks[ShopOrder], key: object
 ) -> None:
     with pytest.raises(InvalidArgument):
         orders.acquire(key)
 
 
 def test_a_lock_of_another_record_is_refused_before_anything_is_written(
-    orders: RecordLocks[Order], order: Order, raw: Callable[[Any], RawBSONDocument]
+    orders: RecordLocks[ShopOrder], order: ShopOrder, raw: Callable[[Any], RawBSONDocument]
 ) -> None:
-    other = Order(total=5).save()
+    other = ShopOrder(total=5).save()
     lock = orders.acquire(other)
     before = raw(order.pk).raw
     order.total = 99
@@ -358,9 +364,9 @@ def test_a_model_that_is_not_a_locked_document_is_refused(database: str) -> None
 
 
 def test_locks_follow_a_connection_alias(database: str, client: MongoClient[Any]) -> None:
-    with me.context_managers.switch_db(Order, "other") as Other:
+    with me.context_managers.switch_db(ShopOrder, "other") as Other:
         stored = Other(total=1).save()
-    orders = write_lock(Order, alias="other")
+    orders = write_lock(ShopOrder, alias="other")
 
     lock = orders.acquire(stored)
 
@@ -371,28 +377,30 @@ def test_locks_follow_a_connection_alias(database: str, client: MongoClient[Any]
 
 
 def test_the_guard_filters_mongoengines_own_query_updates(
-    orders: RecordLocks[Order], order: Order
+    orders: RecordLocks[ShopOrder], order: ShopOrder
 ) -> None:
     lock = orders.acquire(order)
-    guarded = Order.objects(__raw__=orders.guard(order, lock))
+    guarded = ShopOrder.objects(__raw__=orders.guard(order, lock))
 
     assert guarded.update_one(set__total=12) == 1
     orders.release(order, lock)
     assert guarded.update_one(set__total=13) == 0
-    assert Order.objects.get(pk=order.pk).total == 12
+    assert ShopOrder.objects.get(pk=order.pk).total == 12
 
 
-def test_hold_takes_a_record_and_saves_under_it(orders: RecordLocks[Order], order: Order) -> None:
+def test_hold_takes_a_record_and_saves_under_it(
+    orders: RecordLocks[ShopOrder], order: ShopOrder
+) -> None:
     with orders.hold(order) as held:
         order.total = 40
         orders.save(order, held.lock)
         assert isinstance(held.lock, Lock)
 
-    assert Order.objects.get(pk=order.pk).total == 40
+    assert ShopOrder.objects.get(pk=order.pk).total == 40
     assert not orders.locked(order)
 
 
-def test_an_id_of_the_right_type_is_used_as_is(orders: RecordLocks[Order]) -> None:
+def test_an_id_of_the_right_type_is_used_as_is(orders: RecordLocks[ShopOrder]) -> None:
     _id = ObjectId()
 
     assert orders.key(_id) == {"_id": _id}

@@ -24,9 +24,11 @@ at once and the fence would start again at 1), so :class:`LockedDocument` refuse
 
 from __future__ import annotations
 
+from copy import copy
 from typing import Any, Generic, TypeVar
 
 from beanie import Document
+from beanie.odm.fields import ExpressionField
 from beanie.odm.utils.dump import get_dict, get_top_level_nones
 from pydantic import TypeAdapter, ValidationError
 
@@ -52,6 +54,24 @@ class LockedDocument(Document):
     a field of the model, so it would be erased under its holder. Save with ``save()``,
     ``save_changes()`` or the lock manager's guarded ``save()`` instead.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give a model made after ``init_beanie`` the fields its bases declared.
+
+        ``init_beanie`` sets up a model's bases too (``LockedDocument`` and any base of the
+        application's), replacing each of their fields on the class by a query expression
+        (``Order.total == 10``); a model defined afterwards, as a test module's is, would
+        take those expressions for its fields' defaults (``Id must be of type
+        PydanticObjectId``). Pydantic collects the fields after this hook (its documented
+        order), so the declared field is put back first.
+        """
+        super().__init_subclass__(**kwargs)
+        for base in cls.__mro__[1:]:
+            declared = base.__dict__.get("__pydantic_fields__", {})
+            for name, field in declared.items():
+                inherited = getattr(cls, name, None)
+                if name not in cls.__dict__ and isinstance(inherited, ExpressionField):
+                    setattr(cls, name, copy(field))
 
     async def replace(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102 - the class says why
         raise InvalidArgument(_refused(type(self), "replace()"))
