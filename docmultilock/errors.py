@@ -10,7 +10,8 @@ The tree, with ``status_code`` and the builtin each error also is::
     │   │   └── TooManyHolders     409  refused: max_holders entries, or a tag's lock_limits
     │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
     │   ├── LockNotFound           409  the lock is no longer there (released, expired, broken)
-    │   │   └── LockWasReacquired  409  the WriteLock case
+    │   │   ├── LockWasReacquired  409  the WriteLock case
+    │   │   └── LockConverted      409  a spent value: the lock was converted (.tag, .fence)
     │   └── LockTimeout            409  hold(wait=...) ran out of time (TimeoutError; .attempts)
     ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
     ├── DocumentTooLarge           507  the entry would take the document past 16 MiB
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidConfiguration",
     "LockAlreadyTaken",
     "LockConflict",
+    "LockConverted",
     "LockError",
     "LockNotFound",
     "LockTimeout",
@@ -253,6 +255,34 @@ class LockWasReacquired(LockNotFound):
     """A :class:`~docmultilock.WriteLock` is no longer held: it expired or another took it."""
 
     title = "Lock was reacquired"
+
+
+class LockConverted(LockNotFound):
+    """The :class:`~docmultilock.Lock` given is spent: ``convert()`` made another of its lock.
+
+    A conversion is a grant: the lock kept its id and took a greater fence, and only the
+    value ``convert()`` returned (tag ``tag``, fence ``fence``) guards, extends, releases
+    or converts it now. Nothing was written; the lock is still held, through that value.
+    """
+
+    title = "Lock converted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lock: Lock,
+        tag: str,
+        fence: int,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> None:
+        super().__init__(message, lock=lock, filter=filter)
+        #: The tag and fence of the converted lock, the value to use instead.
+        self.tag = tag
+        self.fence = fence
+
+    def _extra(self) -> dict[str, Any]:
+        return {**super()._extra(), "tag": self.tag, "fence": self.fence}
 
 
 class LockTimeout(LockConflict, TimeoutError):

@@ -38,6 +38,7 @@ CORE = frozenset({
     "docmultilock._kinds",
     "docmultilock._indexes",
     "docmultilock._inspection",
+    "docmultilock._judge",
     "docmultilock._layout",
     "docmultilock._ledger",
     "docmultilock._lock",

@@ -253,3 +253,18 @@ def test_a_withdrawn_pending_upgrade_never_vouches_for_a_lost_release_of_the_rea
     fail_point(**LOST_REPLY)
     with pytest.raises(LockNotFound):
         locks.release(key, read)
+
+
+@pytest.mark.parametrize(("old", "new"), [("read", "write"), ("write", "read"), ("read", "read")])
+def test_a_conversion_whose_reply_was_lost_returns_the_converted_lock(
+    rw_unretried: tuple[Any, Any], fail_point: Arm, old: str, new: str
+) -> None:
+    # The retry finds the lock converted under a greater fence: by this very call, as the
+    # entry records, not a value spent before.
+    locks, key = rw_unretried
+    lock = locks.acquire(key, tag=old)
+    fail_point(**LOST_REPLY)
+    converted = locks.convert(key, lock, tag=new)
+    assert (converted.id, converted.tag) == (lock.id, new)
+    assert converted.fence > lock.fence
+    locks.release(key, converted)
