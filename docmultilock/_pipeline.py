@@ -175,21 +175,19 @@ def unexpired(also: Expr | None = None) -> Expr:
 
 
 def spent(entries: Expr) -> Expr:
-    """True when ``entries`` hold our granted entry (``$$id``) under another fence than ``$$given``.
+    """True when the first of ``entries`` with our id is granted under another fence.
 
     ``$$given`` is the fence of the value the call names, or null for a pending value (a
     grant under its id does not spend it). A conversion keeps the id and grows the fence
-    (``_converting``), so the value it was given is spent: release, extend and convert
-    leave the field as it is for it, and ``guard()`` (:func:`held_by`) matches nothing.
+    (``_converting``), so the value it was given is spent: release and extend leave the
+    field as it is for it, and ``guard()`` (:func:`held_by`) matches nothing. The first
+    entry of the id is the granted one when there is one (a pending upgrade comes after
+    it), and the one the reply's reader reads (``_judge.Judge.spent``).
     """
-    other = {
-        "$and": [
-            {"$eq": ["$$h.id", "$$id"]},
-            {"$eq": ["$$h.pending", False]},
-            {"$ne": ["$$h.fence", "$$given"]},
-        ]
-    }
-    found = {"$in": [True, {"$map": {"input": entries, "as": "h", "in": other}}]}
+    index = {"$indexOfArray": [each(entries, "id"), "$$id"]}
+    first = {"$arrayElemAt": [entries, "$$k"]}
+    other = {"$and": [{"$eq": ["$$e.pending", False]}, {"$ne": ["$$e.fence", "$$given"]}]}
+    found = let({"k": index}, {"$and": [{"$gte": ["$$k", 0]}, let({"e": first}, other)]})
     return {"$and": [{"$ne": ["$$given", None]}, found]}
 
 
