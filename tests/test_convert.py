@@ -75,24 +75,29 @@ def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collecti
     return tagged_place(request.param, make_lock, collection, READ_WRITE)
 
 
+def default_place(kind: str, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
+    """A manager of ``kind`` with its default table and roomy lifetimes, and a key it locks."""
+    if kind == "NamedLocks":
+        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
+        return Place(names, "order-1", collection)
+    collection.insert_one({"_id": 1, **USER_FIELDS})
+    cls = WriteLock if kind == "WriteLock" else MultiLock
+    return Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
+
+
 @pytest.fixture(params=["WriteLock", "MultiLock", "NamedLocks"])
 def any_place(
     request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
 ) -> Place:
     """Every manager with its default table, and a key it locks."""
-    if request.param == "NamedLocks":
-        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
-        return Place(names, "order-1", collection)
-    collection.insert_one({"_id": 1, **USER_FIELDS})
-    cls = WriteLock if request.param == "WriteLock" else MultiLock
-    return Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
+    return default_place(request.param, make_lock, collection)
 
 
-def take(place: Place, tag: str) -> Lock:
+def take(place: Place, tag: str, **options: Any) -> Lock:
     """A new ``tag`` lock on the place's key (WriteLock takes no tag)."""
     if isinstance(place.locks, WriteLock) or len(place.locks.options.rules.tags) == 1:
-        return place.locks.acquire(place.key)  # type: ignore[no-any-return]
-    return place.locks.acquire(place.key, tag=tag)  # type: ignore[no-any-return]
+        return place.locks.acquire(place.key, **options)  # type: ignore[no-any-return]
+    return place.locks.acquire(place.key, tag=tag, **options)  # type: ignore[no-any-return]
 
 
 def guards(place: Place, lock: Lock) -> bool:
@@ -388,15 +393,9 @@ def conversion(
     request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
 ) -> Conversion:
     kind, old, new, table = request.param
-    if table is not None:
-        return Conversion(tagged_place(kind, make_lock, collection, table), old, new)
-    if kind == "NamedLocks":
-        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
-        return Conversion(Place(names, "order-1", collection), old, new)
-    collection.insert_one({"_id": 1, **USER_FIELDS})
-    cls = WriteLock if kind == "WriteLock" else MultiLock
-    place = Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
-    return Conversion(place, old, new)
+    if table is None:
+        return Conversion(default_place(kind, make_lock, collection), old, new)
+    return Conversion(tagged_place(kind, make_lock, collection, table), old, new)
 
 
 def converted(conversion: Conversion) -> tuple[Lock, Lock]:
@@ -442,10 +441,7 @@ def test_converting_an_expired_lock_is_the_loss_and_grants_nothing(
     conversion: Conversion,
 ) -> None:
     place = conversion.place
-    if isinstance(place.locks, WriteLock) or len(place.locks.options.rules.tags) == 1:
-        lock = place.locks.acquire(place.key, lock_timeout=0.3)
-    else:
-        lock = place.locks.acquire(place.key, tag=conversion.old, lock_timeout=0.3)
+    lock = take(place, conversion.old, lock_timeout=0.3)
     client = place.home.database.client
     wait_until(lambda: server_now(client) > lock.expires_at)
     with pytest.raises(LockNotFound) as raised:
