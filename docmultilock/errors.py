@@ -28,12 +28,10 @@ Every :class:`LockError` carries ``code`` (its class name), ``status_code``, ``t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bson import json_util
-from bson.binary import UuidRepresentation
+from docmultilock._error_state import relaxed, restore
 
 if TYPE_CHECKING:
     from docmultilock._lock import Lock
@@ -58,24 +56,6 @@ __all__ = [
     "ResourceNotFound",
     "TooManyHolders",
 ]
-
-
-#: Relaxed Extended JSON, a ``uuid.UUID`` written as the standard binary (subtype 4).
-_RELAXED = json_util.RELAXED_JSON_OPTIONS.with_options(
-    uuid_representation=UuidRepresentation.STANDARD
-)
-
-
-def _relaxed(value: Any) -> Any:
-    """Turn BSON values (ObjectId, datetime, UUID...) into JSON-safe relaxed Extended JSON."""
-    return json.loads(json_util.dumps(value, json_options=_RELAXED))
-
-
-def _restore(cls: type[LockError], message: str, state: dict[str, Any]) -> LockError:
-    error = cls.__new__(cls, message)
-    error.args = (message,)
-    error.__dict__.update(state)
-    return error
 
 
 class LockError(Exception):
@@ -108,7 +88,7 @@ class LockError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Exceptions pickle their positional args only; rebuild from the message and the
         # keyword data in __dict__ without calling __init__ (some take required keywords).
-        return (_restore, (type(self), self.message, self.__dict__))
+        return (restore, (type(self), self.message, self.__dict__))
 
     def to_dict(self) -> dict[str, Any]:
         """Return JSON-safe data describing the error (for logs and HTTP bodies)."""
@@ -116,7 +96,7 @@ class LockError(Exception):
             "code": self.code,
             "status_code": self.status_code,
             "message": self.message,
-            "filter": _relaxed(self.filter) if self.filter is not None else None,
+            "filter": relaxed(self.filter) if self.filter is not None else None,
         }
         data.update(self._extra())
         return data
@@ -260,9 +240,7 @@ class LockWasReacquired(LockNotFound):
 class LockConverted(LockNotFound):
     """The :class:`~docmultilock.Lock` given is spent: ``convert()`` made another of its lock.
 
-    A conversion is a grant: the lock kept its id and took a greater fence, and only the
-    value ``convert()`` returned (tag ``tag``, fence ``fence``) guards, extends, releases
-    or converts it now. Nothing was written; the lock is still held, through that value.
+    Only the one it returned (tag ``tag``, fence ``fence``) acts on the still held lock now.
     """
 
     title = "Lock converted"
@@ -277,9 +255,7 @@ class LockConverted(LockNotFound):
         filter: Mapping[str, Any] | None = None,  # noqa: A002
     ) -> None:
         super().__init__(message, lock=lock, filter=filter)
-        #: The tag and fence of the converted lock, the value to use instead.
-        self.tag = tag
-        self.fence = fence
+        self.tag, self.fence = tag, fence  # the converted lock's: the value to use
 
     def _extra(self) -> dict[str, Any]:
         return {**super()._extra(), "tag": self.tag, "fence": self.fence}
@@ -397,7 +373,7 @@ class LocksLeftBehind(DbError):
 
         return {
             "left_behind": [
-                {"key": _relaxed(key), "lock": LockSchema().dump(lock)}
+                {"key": relaxed(key), "lock": LockSchema().dump(lock)}
                 for key, lock in self.left_behind
             ]
         }

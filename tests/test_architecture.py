@@ -30,6 +30,7 @@ CORE = frozenset({
     "docmultilock._converting",
     "docmultilock._core",
     "docmultilock._decisions",
+    "docmultilock._error_state",
     "docmultilock._expr",
     "docmultilock._events",
     "docmultilock._failures",
