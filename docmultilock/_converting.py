@@ -23,14 +23,30 @@ kept *before* the pending one, as replies that read one entry of an id read the 
 When the upgrade is granted, the old entry goes and the pending one becomes granted in
 place; refused, the pending one goes and the old entry stays. The layout is unchanged:
 ``holders`` merely lists one id twice.
+
+**The value given is spent.** A conversion is decided only for the granted entry whose
+fence is the given value's (``$$given``; null for a pending upgrade continued by its own
+value), and the entry it grants records the call (``call``: ``$$call``, drawn per call).
+A value used again after its conversion (``_pipeline.spent``) meets an entry of its id under
+a greater fence that another call made, and the reader (``_plans.ConvertPlan``) tells it
+from a retry of the call that converted it, whose reply shows its own ``call``. **A lock that
+expired** converts nothing: its expired entries are dropped (as every write drops them), so
+the reply shows no entry of it and reads as its loss.
 """
 
 from __future__ import annotations
 
 from docmultilock._acquiring import decision
 from docmultilock._expr import Expr, each
-from docmultilock._layout import let, on_our_field
-from docmultilock._pipeline import is_ours, next_fence, renew, state, state_of, unexpired
+from docmultilock._layout import STORED, let, on_our_field
+from docmultilock._pipeline import (
+    is_ours,
+    next_fence,
+    renew,
+    state,
+    state_of,
+    unexpired,
+)
 from docmultilock._rules import TagRules
 
 __all__ = ["is_downgrade", "regrant_body", "upgrade_body", "withdrawal_body"]
@@ -48,9 +64,17 @@ def is_downgrade(rules: TagRules, old: str, new: str) -> bool:
     return rules.in_the_way(new)[0] <= rules.in_the_way(old)[0]
 
 
-def _unchanged(field: str) -> Expr:
-    """The field as it is (a missing one stays missing): a conversion of a lost lock."""
-    return f"${field}"
+def _unchanged(field: str, *, clock: bool) -> Expr:
+    """What a conversion that converts nothing leaves: the field as it is, pruned if ours lapsed.
+
+    A missing field stays missing, and so does a lock released or spent. An entry of ours
+    that expired is dropped with every other expired entry (``$$live`` holds every live
+    one then): the reply shows no entry of ours, its loss, where an expired entry left in
+    place would read as a refusal.
+    """
+    expired = {"$and": [{"$eq": ["$$h.id", "$$id"]}, {"$lte": ["$$h.expires", "$$now"]}]}
+    lapsed = {"$in": [True, {"$map": {"input": STORED, "as": "h", "in": expired}}]}
+    return {"$cond": [lapsed, state("$$live", "$$fence0", clock=clock), f"${field}"]}
 
 
 def regrant_body(field: str, *, clock: bool) -> Expr:
@@ -59,14 +83,21 @@ def regrant_body(field: str, *, clock: bool) -> Expr:
     Renewed in place by its lifetime (or the call's, ``$$ttl``), stamped acquired now; the
     field is left exactly as it is when the entry is not there, granted and live.
     """
-    held = {"$and": [is_ours("$$h"), {"$eq": ["$$h.pending", False]}]}
+    held = {
+        "$and": [
+            is_ours("$$h"),
+            {"$eq": ["$$h.pending", False]},
+            {"$eq": ["$$h.fence", "$$given"]},
+        ]
+    }
     has = {"$in": [True, {"$map": {"input": "$$live", "as": "h", "in": held}}]}
-    changes = {"tag": "$$to", "fence": "$$granted", "acquired": "$$now"}
+    changes = {"tag": "$$to", "fence": "$$granted", "acquired": "$$now", "call": "$$call"}
     granted = let(
         {"granted": next_fence(clock)},
         state_of(renew(changes, granted_only=True), "$$granted", clock=clock),
     )
-    return on_our_field(field, {"live": unexpired()}, {"$cond": [has, granted, _unchanged(field)]})
+    decided = {"$cond": [has, granted, _unchanged(field, clock=clock)]}
+    return on_our_field(field, {"live": unexpired()}, decided)
 
 
 def upgrade_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_holders: int) -> Expr:
@@ -84,16 +115,23 @@ def upgrade_body(field: str, rules: TagRules, tag: str, *, clock: bool, max_hold
             {"$eq": ["$$h.pending", False]},
             {"$ne": ["$$h.tag", "$$tag"]},
             {"$or": [{"$eq": ["$$from", None]}, {"$eq": ["$$h.tag", "$$from"]}]},
+            {"$or": [{"$eq": ["$$given", None]}, {"$eq": ["$$h.fence", "$$given"]}]},
         ]
     }
     decide = decision(rules, tag, clock=clock, max_holders=max_holders, fresh=False)
     ours = {"$filter": {"input": "$$r.h", "as": "h", "cond": {"$eq": ["$$h.id", "$$id"]}}}
     won = {"$in": [False, each(ours, "pending")]}
-    holders = {"$cond": [won, "$$r.h", {"$concatArrays": ["$$old", "$$r.h"]}]}
+    # The grant records the call that made it, as a downgrade's does.
+    call = {"$mergeObjects": ["$$h", {"call": "$$call"}]}
+    mark = {"$cond": [{"$eq": ["$$h.id", "$$id"]}, call, "$$h"]}
+    granted = {"$map": {"input": "$$r.h", "as": "h", "in": mark}}
+    holders = {"$cond": [won, granted, {"$concatArrays": ["$$old", "$$r.h"]}]}
     decided = let({"r": decide}, state_of(holders, "$$r.f", clock=clock))
+    # Without a converting entry, ``$$live`` is every live entry (what ``_unchanged`` keeps).
     bound = {"old": unexpired(converting), "live": unexpired({"$not": [converting]})}
+    converts = {"$gt": [{"$size": "$$old"}, 0]}
     return on_our_field(
-        field, bound, {"$cond": [{"$gt": [{"$size": "$$old"}, 0]}, decided, _unchanged(field)]}
+        field, bound, {"$cond": [converts, decided, _unchanged(field, clock=clock)]}
     )
 
 

@@ -36,6 +36,7 @@ from docmultilock._command import (
 )
 from docmultilock._converting import is_downgrade, regrant_body, upgrade_body, withdrawal_body
 from docmultilock._expr import SERVER_NOW, Expr, contains, literal
+from docmultilock._judge import Judge
 from docmultilock._layout import update_stages
 from docmultilock._lock import Lock
 from docmultilock._pipeline import (
@@ -50,7 +51,6 @@ from docmultilock._plans import (
     ConvertPlan,
     DeletePlan,
     ExtendPlan,
-    Judge,
     ReleasePlan,
 )
 from docmultilock._reply import ReplyShape
@@ -204,7 +204,9 @@ class LockCore:
         """
         if not self._delete_on_release:
             return None
-        deletable = deletable_by(self.field, self.shape.ours, self.shape.holders, lock.id)
+        deletable = deletable_by(
+            self.field, self.shape.ours, self.shape.holders, lock.id, _given(lock)
+        )
         command = Command(
             filter={**target, "$expr": deletable},
             update=[],
@@ -215,8 +217,11 @@ class LockCore:
         return DeletePlan(command)
 
     def release(self, target: Filter, *, user_filter: Filter, lock: Lock) -> ReleasePlan:
-        """Plan the removal of ``lock``'s entry (pruning expired ones on the way)."""
-        command = self.removal(target, user_filter=user_filter, lock_id=lock.id)
+        """Plan the removal of ``lock``'s entry (pruning expired ones on the way).
+
+        A spent value (a lock converted since, ``_pipeline.spent``) removes nothing.
+        """
+        command = self.removal(target, user_filter=user_filter, lock_id=lock.id, given=_given(lock))
         return ReleasePlan(self.judge, command, user_filter, lock)
 
     def withdrawal(self, target: Filter, *, user_filter: Filter, lock_id: str) -> Command:
@@ -231,11 +236,17 @@ class LockCore:
             {"$and": [dict(target), holds]}, user_filter=user_filter, lock_id=lock_id
         )
 
-    def removal(self, target: Filter, *, user_filter: Filter, lock_id: str) -> Command:
-        """The command that removes entry ``lock_id``, if there (pruning expired ones)."""
+    def removal(
+        self, target: Filter, *, user_filter: Filter, lock_id: str, given: int | None = None
+    ) -> Command:
+        """The command that removes entry ``lock_id``, if there (pruning expired ones).
+
+        ``given``: the fence of the value released (``None``: any entry of the id goes).
+        """
+        bindings = {"id": literal(lock_id), "given": given}
         return Command(
             filter=dict(target),
-            update=update_stages(self.field, self._release, {"id": literal(lock_id)}),
+            update=update_stages(self.field, self._release, bindings),
             projection=self.shape.of_entry(lock_id, with_tags=False),
             return_after=False,  # the entry's presence *before* the write tells the outcome
             user_filter=user_filter,
@@ -253,6 +264,7 @@ class LockCore:
             "tag": literal(lock.tag),
             "ttl": lifetime_ms,
             "dttl": self.rules.lifetime_ms[lock.tag],
+            "given": _given(lock),
         }
         command = Command(
             filter=dict(target),
@@ -264,14 +276,24 @@ class LockCore:
         return ExtendPlan(self.judge, command, user_filter, lock)
 
     def convert(
-        self, target: Filter, *, user_filter: Filter, lock: Lock, tag: str, lifetime_ms: int | None
+        self,
+        target: Filter,
+        *,
+        user_filter: Filter,
+        lock: Lock,
+        tag: str,
+        lifetime_ms: int | None,
+        call: str,
     ) -> ConvertPlan:
         """Plan converting ``lock`` to ``tag``, or continuing its pending upgrade (``_converting``).
 
         A downgrade renews by the lifetime the lock was taken with (or ``lifetime_ms``); an
         upgrade's pending entry and grant take ``lifetime_ms``, else ``tag``'s default.
+        ``call`` is this call's own id, recorded in the entry it grants: its reply, or a
+        retry's, tells the grant it made from a conversion made before (a spent ``lock``).
         """
         default = self.rules.lifetime_ms[tag]
+        common = {"id": literal(lock.id), "given": _given(lock), "call": literal(call)}
         body: Any
         if not lock.pending and is_downgrade(self.rules, lock.tag, tag):
             body = self._regrant
@@ -285,12 +307,12 @@ class LockCore:
             bindings["create"] = True
         command = Command(
             filter=dict(target),
-            update=update_stages(self.field, body, {"id": literal(lock.id), **bindings}),
+            update=update_stages(self.field, body, {**bindings, **common}),
             projection=self.shape.of_conversion(lock.id, tag),
             return_after=True,
             user_filter=user_filter,
         )
-        return ConvertPlan(self.judge, command, user_filter, tag, lock)
+        return ConvertPlan(self.judge, command, user_filter, tag, lock, call)
 
     def upgrade_withdrawal(self, target: Filter, *, user_filter: Filter, pending: Lock) -> Command:
         """The removal of the pending upgrade ``pending`` alone: the granted entry stays."""
@@ -347,10 +369,20 @@ class LockCore:
     def guard(self, target: Filter, lock: Lock) -> dict[str, Any]:
         """A filter matching the document only while ``lock`` is granted and unexpired.
 
-        The stored entry must carry ``lock``'s tag: a reader's lock edited to say ``write``
-        guards nothing.
+        The stored entry must carry ``lock``'s tag and fence: a reader's lock edited to say
+        ``write`` guards nothing, nor does a value spent by a conversion.
         """
-        held = held_by(self.shape.holders, lock.id, lock.tag)
+        held = held_by(self.shape.holders, lock.id, lock.tag, lock.fence)
         if "$expr" in target:
             return {"$and": [dict(target), {"$expr": held}]}
         return {**target, "$expr": held}
+
+
+def _given(lock: Lock) -> int | None:
+    """The fence a command on ``lock`` expects of its granted entry (``None``: a pending value).
+
+    A conversion grows the fence under the same id: the value it was given is then spent
+    (``_pipeline.spent``). A pending value is never spent by a grant under its id: it
+    continues, releases or withdraws whatever entry of the id there is.
+    """
+    return None if lock.pending else lock.fence

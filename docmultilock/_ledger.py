@@ -27,6 +27,7 @@ class _Record:
     until: float  # monotonic time past which the record is of no use (kept generously)
     seen: float  # the flow's monotonic time when that stamp was read
     renewed: float  # the latest send of a batch renewal applied since (else ``seen``)
+    pending: bool  # the stamp is a pending entry's
     unsure: bool = False  # a release failed without an answer: it may have been applied
 
     def expiry(self) -> datetime:
@@ -62,14 +63,24 @@ class Ledger:
     def saw(self, lock: Lock, *, at: float) -> None:
         """Record ``lock`` as the server just answered it (granted, pending or extended).
 
-        ``at`` is the flow's monotonic time, read after the reply.
+        ``at`` is the flow's monotonic time, read after the reply. A pending lock never
+        replaces the record of a granted one of the same id: a pending upgrade
+        (``_converting``) is a second entry of the granted lock's id, with an expiry of its
+        own that says nothing of the granted entry's (withdrawn, it lapses at once).
         """
         life = (lock.expires_at - lock.acquired_at).total_seconds()
         with self._guard:
             now = self._clock.monotonic()
             old = self._records.get(lock.id)
+            if lock.pending and old is not None and not old.pending:
+                return
             self._records[lock.id] = _Record(
-                lock.expires_at, now + life, at, at, unsure=old is not None and old.unsure
+                lock.expires_at,
+                now + life,
+                at,
+                at,
+                lock.pending,
+                unsure=old is not None and old.unsure,
             )
             self._added += 1
             if self._added % _SWEEP_EVERY == 0:

@@ -34,6 +34,7 @@ from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
     DbError,
+    LockConverted,
     LockError,
     LockNotFound,
     LockTimeout,
@@ -221,6 +222,7 @@ class LockFlows(Operating):
             lock=held,
             tag=tag,
             lifetime_ms=call.lifetime_ms,
+            call=new_lock_id(),  # its retries are the same call: they send the same id
         )
         started = clock.monotonic()
         reply = yield from self.send_for(
@@ -262,6 +264,8 @@ class LockFlows(Operating):
         except DbError:
             ledger.release_unsure(held.id)
             raise
+        except LockConverted:
+            raise  # nothing was removed: the lock is held, under the value convert() returned
         except LockNotFound as err:
             # Our entry is gone. If an earlier attempt's reply was lost, that attempt may have
             # removed it: while the lock is unexpired by the server's clock nobody else can
@@ -308,6 +312,8 @@ class LockFlows(Operating):
         )
         try:
             extended = plan.read(reply)
+        except LockConverted:
+            raise  # nothing was renewed: the lock is held, under the value convert() returned
         except LockNotFound as err:
             self.report_lost(user_filter, held, started, clock, err)
             raise
@@ -331,6 +337,8 @@ def _kind_of(err: LockError) -> EventKind | None:
     """The event an acquisition's error reports: pending, lost or refused (else none)."""
     if isinstance(err, AssertiveLock):
         return "pending"
+    if isinstance(err, LockConverted):
+        return None  # a spent value: the lock is not lost
     if isinstance(err, LockNotFound):
         return "lost"
     return "refused" if isinstance(err, CooperativeLock) else None

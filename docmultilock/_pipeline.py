@@ -51,6 +51,7 @@ __all__ = [
     "release_body",
     "renew",
     "renew_each_body",
+    "spent",
     "state",
     "state_of",
     "unexpired",
@@ -173,14 +174,34 @@ def unexpired(also: Expr | None = None) -> Expr:
     }
 
 
+def spent(entries: Expr) -> Expr:
+    """True when the first of ``entries`` with our id is granted under another fence.
+
+    ``$$given`` is the fence of the value the call names, or null for a pending value (a
+    grant under its id does not spend it). A conversion keeps the id and grows the fence
+    (``_converting``), so the value it was given is spent: release and extend leave the
+    field as it is for it, and ``guard()`` (:func:`held_by`) matches nothing. The first
+    entry of the id is the granted one when there is one (a pending upgrade comes after
+    it), and the one the reply's reader reads (``_judge.Judge.spent``).
+    """
+    index = {"$indexOfArray": [each(entries, "id"), "$$id"]}
+    first = {"$arrayElemAt": [entries, "$$k"]}
+    other = {"$and": [{"$eq": ["$$e.pending", False]}, {"$ne": ["$$e.fence", "$$given"]}]}
+    found = let({"k": index}, {"$and": [{"$gte": ["$$k", 0]}, let({"e": first}, other)]})
+    return {"$and": [{"$ne": ["$$given", None]}, found]}
+
+
 def release_body(field: str, *, clock: bool) -> Expr:
     """Keep every live entry but ours: one pass over the stored entries.
 
     Drops our entry whether live or expired: an expired lock nobody displaced is still
-    ours to remove quietly (a displacing write would already have pruned it).
+    ours to remove quietly (a displacing write would already have pruned it). A spent value
+    (:func:`spent`, over the stored entries as the reply's reader sees them) removes
+    nothing and leaves the field exactly as it was.
     """
     kept = unexpired({"$ne": ["$$h.id", "$$id"]})
-    return on_our_field(field, {"kept": kept}, state("$$kept", "$$fence0", clock=clock))
+    removed = state("$$kept", "$$fence0", clock=clock)
+    return on_our_field(field, {"kept": kept}, {"$cond": [spent(STORED), f"${field}", removed]})
 
 
 def _renewed(clock: bool) -> Expr:
@@ -190,8 +211,9 @@ def _renewed(clock: bool) -> Expr:
 
 def extend_body(field: str, *, clock: bool) -> Expr:
     # Only a live, granted entry of the stored tag is renewed; an expired one was just
-    # pruned with the rest.
-    return on_our_field(field, {"live": unexpired()}, _renewed(clock))
+    # pruned with the rest. A spent value renews nothing and leaves the field as it was.
+    renewed = {"$cond": [spent("$$live"), f"${field}", _renewed(clock)]}
+    return on_our_field(field, {"live": unexpired()}, renewed)
 
 
 def renew_each_body(field: str, *, clock: bool) -> Expr:
@@ -246,16 +268,18 @@ def break_body(field: str, mode: str, *, clock: bool) -> Expr:
     return {"$cond": [OURS, bound, unchanged]}
 
 
-def held_by(holders: Expr, lock_id: str, tag: str) -> Expr:
-    """True while entry ``lock_id`` of ``holders`` is granted as ``tag`` and unexpired.
+def held_by(holders: Expr, lock_id: str, tag: str, fence: int) -> Expr:
+    """True while entry ``lock_id`` of ``holders`` is granted as ``tag``, ``fence``, unexpired.
 
     The condition of ``guard()``: the stored entry must carry the lock's tag, so a reader's
-    lock edited to say ``write`` guards nothing; expiry is the server's clock.
+    lock edited to say ``write`` guards nothing, and its fence, so a value spent by a
+    conversion guards nothing either; expiry is the server's clock.
     """
     held = {
         "$and": [
             is_entry(lock_id),
             {"$eq": ["$$this.tag", literal(tag)]},
+            {"$eq": ["$$this.fence", fence]},
             {"$eq": ["$$this.pending", False]},
             {"$gt": ["$$this.expires", SERVER_NOW]},
         ]
@@ -263,14 +287,19 @@ def held_by(holders: Expr, lock_id: str, tag: str) -> Expr:
     return {"$anyElementTrue": [{"$map": {"input": holders, "in": held}}]}
 
 
-def deletable_by(field: str, owned: Expr, holders: Expr, lock_id: str) -> Expr:
+def deletable_by(field: str, owned: Expr, holders: Expr, lock_id: str, fence: int | None) -> Expr:
     """True when an exclusive named lock's document may be deleted as ``lock_id``'s release.
 
     While the field is ``owned`` (``OURS``: a foreign one is never deleted), ``lock_id`` is
-    its one live entry, and the server's clock has passed its fence's millisecond (a clock
-    fence granted after the deletion then still outranks it, :func:`next_fence`).
+    its one live entry, under ``fence`` (``None``: a pending value, any), and the server's
+    clock has passed its fence's millisecond (a clock fence granted after the deletion then
+    still outranks it, :func:`next_fence`). A spent value (:func:`spent`) deletes nothing.
     """
-    ours_or_expired = {"$or": [is_entry(lock_id), {"$lte": ["$$this.expires", SERVER_NOW]}]}
+    mine: Expr = is_entry(lock_id)
+    if fence is not None:
+        mine = {"$and": [mine, {"$eq": ["$$this.fence", fence]}]}
+    expired = {"$lte": ["$$this.expires", SERVER_NOW]}
+    ours_or_expired = {"$or": [mine, {"$and": [{"$not": [is_entry(lock_id)]}, expired]}]}
     return {
         "$and": [
             owned,

@@ -3,165 +3,23 @@
 A plan is what ``_core`` returns for one operation: the :class:`~docmultilock._command.Command`
 a driver sends, and ``read``, which turns the reply (``None``, projected, or a stored image,
 ``_reply``) into the outcome. The reading mirrors the pipeline's order of decisions
-(``_pipeline``), so client and server never disagree about an outcome. :class:`Judge` holds
-what every reading needs: the reply's shape, the tag table, and the errors of this
+(``_pipeline``), so client and server never disagree about an outcome. ``_judge.Judge``
+holds what every reading needs: the reply's shape, the tag table, and the errors of this
 manager's home and verdicts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
 from docmultilock._acquiring import capped
-from docmultilock._command import Command, Filter, Home, Verdicts
-from docmultilock._layout import LAYOUT
-from docmultilock._lock import Lock, as_utc
-from docmultilock._reply import DOCUMENT_ID, Reply, ReplyShape
-from docmultilock._rules import TagRules
-from docmultilock.errors import (
-    AssertiveLock,
-    DbError,
-    IncompatibleLockField,
-    LockNotFound,
-    ResourceNotFound,
-    TooManyHolders,
-)
+from docmultilock._command import Command, Filter
+from docmultilock._judge import Judge
+from docmultilock._lock import Lock
+from docmultilock.errors import DbError, TooManyHolders
 
-__all__ = ["AcquirePlan", "ConvertPlan", "DeletePlan", "ExtendPlan", "Judge", "ReleasePlan"]
-
-
-@dataclass(frozen=True, eq=False)
-class Judge:
-    """What replies mean for one manager: its reply shape, tag table, home and verdicts."""
-
-    shape: ReplyShape
-    rules: TagRules
-    _: KW_ONLY
-    home: Home
-    verdicts: Verdicts
-    max_holders: int
-    #: The collection's full name (``db.collection``), for the errors that name it.
-    namespace: str = ""
-
-    def missing(self, user_filter: Filter, lock: Lock | None, doing: str) -> NoReturn:
-        """Raise what a reply of no document means to acquire, release or extend.
-
-        Their pipelines fail the command on a field that is not ours, so any other reply is
-        about one that is (read by ``shape.read``). A named lock's document is missing only
-        once nobody holds the name, so for ``lock`` that is a loss, never
-        :class:`ResourceNotFound`.
-        """
-        self.absent(user_filter, lock, doing)
-        raise self.not_found(user_filter)  # a name nobody holds, where one was needed
-
-    def read_checked(
-        self, reply: Mapping[str, Any] | None, user_filter: Filter, doing: str
-    ) -> Reply:
-        """Read a reply of ``shape.checked``'s projection, checked against the layout.
-
-        For the commands that read a field without failing on a foreign one (``inspect``,
-        ``break_lock``). ``None`` means no document matched.
-        """
-        if reply is not None and self.shape.foreign(reply):
-            raise IncompatibleLockField(
-                f"field {self.shape.field!r} of document {reply.get(DOCUMENT_ID)!r} holds data "
-                f"docmultilock does not own (type {reply.get('t')!r}, version "
-                f"{reply.get('v')!r}; docmultilock writes {LAYOUT}); nothing was written",
-                filter=user_filter,
-            )
-        if reply is None:
-            self.missing(user_filter, None, doing)
-        return self.shape.read(reply, None)
-
-    def absent(self, user_filter: Filter, lock: Lock | None = None, doing: str = "") -> None:
-        """Judge a reply of no document; return when it means nobody holds the key.
-
-        A named lock's document exists only while someone holds the name, so its absence
-        is an empty lock (and a loss of ``lock``, if one was held on it); a user's document
-        that is missing is :class:`ResourceNotFound`.
-        """
-        if not self.home.on_demand:
-            raise self.not_found(user_filter)
-        if lock is not None:
-            raise self.lost(lock, user_filter, doing)
-
-    def not_found(self, user_filter: Filter) -> ResourceNotFound:
-        """The error for a filter no document matches, naming the collection searched.
-
-        The collection is named so that a typo in its name does not pass for a wrong
-        ``_id``.
-        """
-        where = f" in {self.namespace}" if self.namespace else ""
-        return ResourceNotFound(
-            f"no document{where} matches the filter {dict(user_filter)!r}", filter=user_filter
-        )
-
-    def to_lock(self, entry: Mapping[str, Any], document_id: Any) -> Lock:
-        """Turn our stored entry into a :class:`Lock`."""
-        return Lock(
-            id=entry["id"],
-            tag=entry["tag"],
-            document_id=document_id,
-            acquired_at=as_utc(entry["acquired"]),
-            expires_at=as_utc(entry["expires"]),
-            fence=int(entry["fence"]),
-            pending=bool(entry["pending"]),
-        )
-
-    def check_limit(
-        self,
-        tag: str,
-        granted: int | None,
-        where: tuple[Filter, Any],
-        *,
-        doing: str,
-        kept: str = "",
-    ) -> None:
-        """Raise :class:`TooManyHolders` when ``granted`` entries of ``tag`` fill its limit.
-
-        The decision's first refusal (``_acquiring._at_limit``); ``where`` is the caller's
-        filter and the document's id, ``doing`` what was refused, ``kept`` what still holds.
-        """
-        limit = self.rules.limit(tag)
-        if limit is None or granted is None or granted < limit:
-            return
-        user_filter, document_id = where
-        raise TooManyHolders(
-            f"{doing} on {self.home.noun} {document_id!r}: it already has {granted} granted "
-            f"{tag!r} locks, and lock_limits allows {limit} at once{kept}",
-            filter=user_filter,
-            limit=limit,
-            tag=tag,
-            document_id=document_id,
-        )
-
-    def pending(
-        self, lock: Lock, user_filter: Filter, waiting: tuple[str, ...], *, what: str, again: str
-    ) -> AssertiveLock:
-        """The error for ``lock``, recorded pending until the ``waiting`` tags drain.
-
-        ``what`` names the operation that waits, ``again`` says how to keep waiting.
-        """
-        return AssertiveLock(
-            f"{what} is pending on {self.home.noun} {lock.document_id!r} until these tags "
-            f"drain: {', '.join(waiting)}; {again}",
-            filter=user_filter,
-            lock=lock,
-            blocking_tags=waiting,
-        )
-
-    def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
-        """The error for a lock that is no longer on its document."""
-        return self.verdicts.lost(
-            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self.home.noun} "
-            f"{lock.document_id!r}: it was already released (a second release of a lock "
-            "raises this), or it expired, or an operator broke it, and another holder may "
-            "have it now",
-            filter=user_filter,
-            lock=lock,
-        )
+__all__ = ["AcquirePlan", "ConvertPlan", "DeletePlan", "ExtendPlan", "ReleasePlan"]
 
 
 class AcquirePlan(NamedTuple):
@@ -267,6 +125,8 @@ class _HeldPlan(NamedTuple):
         state = self.judge.shape.read(reply, self.lock.id)
         if state.mine is None:
             raise self.judge.lost(self.lock, self.user_filter, doing)
+        # A spent value's command left the field as it was (``_pipeline.spent``).
+        self.judge.spent(self.lock, state.mine, self.user_filter, doing)
         return state.mine, state.document_id
 
 
@@ -295,8 +155,9 @@ class ConvertPlan(NamedTuple):
     """A conversion of ``continuing`` to ``tag`` (``_converting``): the reply is the state after.
 
     ``continuing`` is the lock given: a granted one converted, or a pending upgrade
-    continued. The reading mirrors the pipeline: the new tag granted; else our granted
-    entry gone (a loss); else our pending entry of ``tag`` (waiting); else refused.
+    continued. The reading mirrors the pipeline: the new tag granted by this call; else our
+    granted entry gone (a loss) or under another fence (a spent value); else our pending
+    entry of ``tag`` (waiting); else refused.
     """
 
     judge: Judge
@@ -304,6 +165,8 @@ class ConvertPlan(NamedTuple):
     user_filter: Filter
     tag: str
     continuing: Lock
+    #: This call's id, which the entry it grants records (``_converting``).
+    call: str
 
     def read(self, reply: Mapping[str, Any] | None) -> Lock:
         """Return the converted lock, or raise the error that describes the outcome."""
@@ -315,15 +178,19 @@ class ConvertPlan(NamedTuple):
         found = judge.shape.read_conversion(reply, given.id, self.tag)
         new = next((e for e in found.mine if e.get("tag") == self.tag), None)
         if new is not None and new.get("pending") is False:
-            # Converted by this call (or by its applied first attempt): a grant, so a fence
-            # above the given lock's. An entry of the new tag that was there already (a
-            # lock whose tag the client edited) was not converted by anything.
+            # Converted by this call (or by its applied first attempt: the entry records the
+            # call): a grant, so a fence above the given lock's. Another call's grant spent
+            # the value given; an entry of the new tag that was there already (a lock whose
+            # tag the client edited) was not converted by anything.
             lock = judge.to_lock(new, found.document_id)
-            if lock.fence > given.fence:
+            if lock.fence > given.fence and (given.pending or new.get("call") == self.call):
                 return lock
+            judge.spent(given, new, self.user_filter, "convert")
             raise judge.lost(given, self.user_filter, "convert")
         held = [e for e in found.mine if e.get("pending") is False]
         if not given.pending:
+            if held:
+                judge.spent(given, held[0], self.user_filter, "convert")
             held = [e for e in held if e.get("tag") == given.tag]
         if not held:
             raise judge.lost(given, self.user_filter, "convert")

@@ -10,7 +10,8 @@ The tree, with ``status_code`` and the builtin each error also is::
     │   │   └── TooManyHolders     409  refused: max_holders entries, or a tag's lock_limits
     │   ├── AssertiveLock          409  registered as pending, wait and call again (.lock)
     │   ├── LockNotFound           409  the lock is no longer there (released, expired, broken)
-    │   │   └── LockWasReacquired  409  the WriteLock case
+    │   │   ├── LockWasReacquired  409  the WriteLock case
+    │   │   └── LockConverted      409  a spent value: the lock was converted (.tag, .fence)
     │   └── LockTimeout            409  hold(wait=...) ran out of time (TimeoutError; .attempts)
     ├── IncompatibleLockField      500  the lock field holds something docmultilock does not own
     ├── DocumentTooLarge           507  the entry would take the document past 16 MiB
@@ -27,12 +28,10 @@ Every :class:`LockError` carries ``code`` (its class name), ``status_code``, ``t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bson import json_util
-from bson.binary import UuidRepresentation
+from docmultilock._error_state import relaxed, restore
 
 if TYPE_CHECKING:
     from docmultilock._lock import Lock
@@ -48,6 +47,7 @@ __all__ = [
     "InvalidConfiguration",
     "LockAlreadyTaken",
     "LockConflict",
+    "LockConverted",
     "LockError",
     "LockNotFound",
     "LockTimeout",
@@ -56,24 +56,6 @@ __all__ = [
     "ResourceNotFound",
     "TooManyHolders",
 ]
-
-
-#: Relaxed Extended JSON, a ``uuid.UUID`` written as the standard binary (subtype 4).
-_RELAXED = json_util.RELAXED_JSON_OPTIONS.with_options(
-    uuid_representation=UuidRepresentation.STANDARD
-)
-
-
-def _relaxed(value: Any) -> Any:
-    """Turn BSON values (ObjectId, datetime, UUID...) into JSON-safe relaxed Extended JSON."""
-    return json.loads(json_util.dumps(value, json_options=_RELAXED))
-
-
-def _restore(cls: type[LockError], message: str, state: dict[str, Any]) -> LockError:
-    error = cls.__new__(cls, message)
-    error.args = (message,)
-    error.__dict__.update(state)
-    return error
 
 
 class LockError(Exception):
@@ -106,7 +88,7 @@ class LockError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Exceptions pickle their positional args only; rebuild from the message and the
         # keyword data in __dict__ without calling __init__ (some take required keywords).
-        return (_restore, (type(self), self.message, self.__dict__))
+        return (restore, (type(self), self.message, self.__dict__))
 
     def to_dict(self) -> dict[str, Any]:
         """Return JSON-safe data describing the error (for logs and HTTP bodies)."""
@@ -114,7 +96,7 @@ class LockError(Exception):
             "code": self.code,
             "status_code": self.status_code,
             "message": self.message,
-            "filter": _relaxed(self.filter) if self.filter is not None else None,
+            "filter": relaxed(self.filter) if self.filter is not None else None,
         }
         data.update(self._extra())
         return data
@@ -255,6 +237,30 @@ class LockWasReacquired(LockNotFound):
     title = "Lock was reacquired"
 
 
+class LockConverted(LockNotFound):
+    """The :class:`~docmultilock.Lock` given is spent: ``convert()`` made another of its lock.
+
+    Only the one it returned (tag ``tag``, fence ``fence``) acts on the still held lock now.
+    """
+
+    title = "Lock converted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lock: Lock,
+        tag: str,
+        fence: int,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> None:
+        super().__init__(message, lock=lock, filter=filter)
+        self.tag, self.fence = tag, fence  # the converted lock's: the value to use
+
+    def _extra(self) -> dict[str, Any]:
+        return {**super()._extra(), "tag": self.tag, "fence": self.fence}
+
+
 class LockTimeout(LockConflict, TimeoutError):
     """Waiting for the lock (``hold(..., wait=...)``) ran out of time; nothing is left behind.
 
@@ -367,7 +373,7 @@ class LocksLeftBehind(DbError):
 
         return {
             "left_behind": [
-                {"key": _relaxed(key), "lock": LockSchema().dump(lock)}
+                {"key": relaxed(key), "lock": LockSchema().dump(lock)}
                 for key, lock in self.left_behind
             ]
         }

@@ -20,6 +20,7 @@ from docmultilock import (
     CooperativeLock,
     InvalidArgument,
     Lock,
+    LockConverted,
     LockNotFound,
     LockTimeout,
     MultiLock,
@@ -27,7 +28,7 @@ from docmultilock import (
     WriteLock,
 )
 from tests.flavours import MakeLock
-from tests.helpers import USER_FIELDS, CommandLog, user_fields
+from tests.helpers import USER_FIELDS, CommandLog, server_now, user_fields, wait_until
 
 Doc = dict[str, Any]
 Manager = WriteLock | MultiLock | NamedLocks
@@ -74,24 +75,29 @@ def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collecti
     return tagged_place(request.param, make_lock, collection, READ_WRITE)
 
 
+def default_place(kind: str, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
+    """A manager of ``kind`` with its default table and roomy lifetimes, and a key it locks."""
+    if kind == "NamedLocks":
+        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
+        return Place(names, "order-1", collection)
+    collection.insert_one({"_id": 1, **USER_FIELDS})
+    cls = WriteLock if kind == "WriteLock" else MultiLock
+    return Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
+
+
 @pytest.fixture(params=["WriteLock", "MultiLock", "NamedLocks"])
 def any_place(
     request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
 ) -> Place:
     """Every manager with its default table, and a key it locks."""
-    if request.param == "NamedLocks":
-        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
-        return Place(names, "order-1", collection)
-    collection.insert_one({"_id": 1, **USER_FIELDS})
-    cls = WriteLock if request.param == "WriteLock" else MultiLock
-    return Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
+    return default_place(request.param, make_lock, collection)
 
 
-def take(place: Place, tag: str) -> Lock:
+def take(place: Place, tag: str, **options: Any) -> Lock:
     """A new ``tag`` lock on the place's key (WriteLock takes no tag)."""
     if isinstance(place.locks, WriteLock) or len(place.locks.options.rules.tags) == 1:
-        return place.locks.acquire(place.key)  # type: ignore[no-any-return]
-    return place.locks.acquire(place.key, tag=tag)  # type: ignore[no-any-return]
+        return place.locks.acquire(place.key, **options)  # type: ignore[no-any-return]
+    return place.locks.acquire(place.key, tag=tag, **options)  # type: ignore[no-any-return]
 
 
 def guards(place: Place, lock: Lock) -> bool:
@@ -356,3 +362,94 @@ def test_a_held_lock_downgraded_in_its_block_lets_readers_in(rw: Place) -> None:
         assert held.lock.tag == "read"
         rw.locks.release(rw.key, reader)
     assert not held.lost.is_set()
+
+
+# -- a spent value, an expired lock ----------------------------------------------------------
+
+
+class Conversion(NamedTuple):
+    """A manager, its key, and a conversion it allows: from tag ``old`` to ``new``."""
+
+    place: Place
+    old: str
+    new: str
+
+
+#: Each conversion of each manager: to the same tag (every table), down and up (``rw``).
+CONVERSIONS = [
+    *[(kind, "write", "write", None) for kind in ("WriteLock", "MultiLock", "NamedLocks")],
+    *[
+        (kind, old, new, READ_WRITE)
+        for kind in TAGGED
+        for old, new in (("write", "read"), ("read", "write"))
+    ],
+]
+
+
+@pytest.fixture(
+    params=CONVERSIONS, ids=[f"{kind}-{old}-{new}" for kind, old, new, _ in CONVERSIONS]
+)
+def conversion(
+    request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
+) -> Conversion:
+    kind, old, new, table = request.param
+    if table is None:
+        return Conversion(default_place(kind, make_lock, collection), old, new)
+    return Conversion(tagged_place(kind, make_lock, collection, table), old, new)
+
+
+def converted(conversion: Conversion) -> tuple[Lock, Lock]:
+    """A lock of the old tag, and what converting it returned: (spent value, new value)."""
+    place = conversion.place
+    old = take(place, conversion.old)
+    return old, place.locks.convert(place.key, old, tag=conversion.new)
+
+
+def test_a_spent_value_guards_nothing(conversion: Conversion) -> None:
+    spent, new = converted(conversion)
+    assert not guards(conversion.place, spent)
+    assert guards(conversion.place, new)
+
+
+def use_again(conversion: Conversion, spent: Lock, use: str) -> None:
+    """``use`` (extend, release or convert, to the same new tag) the ``spent`` value."""
+    place = conversion.place
+    if use == "convert":
+        place.locks.convert(place.key, spent, tag=conversion.new)
+    else:
+        getattr(place.locks, use)(place.key, spent)
+
+
+@pytest.mark.parametrize("use", ["extend", "release", "convert"])
+def test_a_spent_value_is_refused_naming_the_conversion_and_nothing_is_written(
+    conversion: Conversion, use: str
+) -> None:
+    place = conversion.place
+    spent, new = converted(conversion)
+    before = list(place.home.find())
+    with pytest.raises(LockConverted) as raised:
+        use_again(conversion, spent, use)
+    assert list(place.home.find()) == before
+    assert (raised.value.lock, raised.value.tag, raised.value.fence) == (spent, new.tag, new.fence)
+    assert "converted" in str(raised.value)
+    assert guards(place, new)  # the converted lock is held as it was
+    place.locks.release(place.key, new)
+    assert_user_fields_kept(place)
+
+
+def test_converting_an_expired_lock_is_the_loss_and_grants_nothing(
+    conversion: Conversion,
+) -> None:
+    place = conversion.place
+    lock = take(place, conversion.old, lock_timeout=0.3)
+    client = place.home.database.client
+    wait_until(lambda: server_now(client) > lock.expires_at)
+    with pytest.raises(LockNotFound) as raised:
+        place.locks.convert(place.key, lock, tag=conversion.new)
+    assert not isinstance(raised.value, LockConverted)
+    now = server_now(client).replace(tzinfo=None)
+    where = place.key if isinstance(place.key, dict) else {"_id": place.key}
+    state = place.home.find_one(where) or {}
+    live = [h for h in (state.get("lock") or {}).get("holders", []) if h["expires"] > now]
+    assert [h for h in live if h["id"] == lock.id] == []
+    assert_user_fields_kept(place)

@@ -17,6 +17,7 @@ from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
+    LockConverted,
     LockNotFound,
     LockWasReacquired,
     ResourceNotFound,
@@ -32,6 +33,8 @@ LOCK = Lock(
     fence=3,
 )
 READ = replace(LOCK, id="d" * 32, tag="read")
+#: A conversion call's id.
+CALL = "c" * 32
 
 
 def plans() -> list[Any]:
@@ -49,8 +52,12 @@ def plans() -> list[Any]:
         ),
         CORE.release({"_id": 1}, user_filter={"_id": 1}, lock=LOCK),
         CORE.extend({"_id": 1}, user_filter={"_id": 1}, lock=LOCK, lifetime_ms=5),
-        CORE.convert({"_id": 1}, user_filter={"_id": 1}, lock=LOCK, tag="read", lifetime_ms=None),
-        CORE.convert({"_id": 1}, user_filter={"_id": 1}, lock=READ, tag="write", lifetime_ms=5),
+        CORE.convert(
+            {"_id": 1}, user_filter={"_id": 1}, lock=LOCK, tag="read", lifetime_ms=None, call=CALL
+        ),
+        CORE.convert(
+            {"_id": 1}, user_filter={"_id": 1}, lock=READ, tag="write", lifetime_ms=5, call=CALL
+        ),
     ]
 
 
@@ -182,22 +189,47 @@ def test_an_upgrade_is_decided_by_the_acquisitions_own_decision() -> None:
     assert repr(decided) in repr(body)
 
 
-def _reply(*entries: tuple[str, bool, int], tags: tuple[str, ...] = ()) -> dict[str, Any]:
+def _reply(
+    *entries: tuple[str, bool, int], tags: tuple[str, ...] = (), call: str = CALL
+) -> dict[str, Any]:
     moment = datetime(2026, 1, 1)
-    mine = [
+    mine: list[dict[str, Any]] = [
         {"id": READ.id, "tag": t, "pending": p, "fence": f, "acquired": moment, "expires": moment}
         for t, p, f in entries
     ]
+    for entry, (_, _, fence) in zip(mine, entries, strict=True):
+        if fence > READ.fence:
+            entry["call"] = call  # granted by a conversion: it records the call
     return {"i": 1, "mine": mine, "tags": list(tags)}
 
 
 def _upgrade() -> Any:
-    return CORE.convert({"_id": 1}, user_filter={"_id": 1}, lock=READ, tag="write", lifetime_ms=5)
+    return CORE.convert(
+        {"_id": 1}, user_filter={"_id": 1}, lock=READ, tag="write", lifetime_ms=5, call=CALL
+    )
 
 
 def test_an_upgrade_granted_reads_as_the_lock_with_its_new_tag() -> None:
     lock = _upgrade().read(_reply(("write", False, 9)))
     assert (lock.id, lock.tag, lock.fence) == (READ.id, "write", 9)
+
+
+def test_an_upgrade_granted_by_another_call_reads_as_a_spent_value() -> None:
+    with pytest.raises(LockConverted) as raised:
+        _upgrade().read(_reply(("write", False, 9), call="e" * 32))
+    assert (raised.value.lock, raised.value.tag, raised.value.fence) == (READ, "write", 9)
+
+
+@pytest.mark.parametrize("kind", ["release", "extend"])
+def test_a_held_lock_under_a_greater_fence_reads_as_a_spent_value(kind: str) -> None:
+    plan = getattr(CORE, kind)(
+        {"_id": 1},
+        user_filter={"_id": 1},
+        lock=READ,
+        **({"lifetime_ms": None} if kind == "extend" else {}),
+    )
+    with pytest.raises(LockConverted):
+        plan.read(_reply(("read", False, READ.fence + 1), call="e" * 32))
 
 
 def test_a_pending_upgrade_reads_as_an_assertive_wait_with_the_read_lock_kept() -> None:

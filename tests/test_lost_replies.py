@@ -18,6 +18,7 @@ from docmultilock import (
     AssertiveLock,
     DbError,
     LockNotFound,
+    LockTimeout,
     LockWasReacquired,
     MultiLock,
     NamedLocks,
@@ -206,3 +207,64 @@ def test_a_guarded_update_retried_after_a_cut_applies_once(
     fail_point(commands=["update"], closeConnection=True)
     collection.update_one(write_lock.guard(doc, lock), {"$inc": {"total": 1}})
     assert user_fields(collection)["total"] == 11
+
+
+RW_TABLE: dict[str, Any] = {
+    "lock_timeouts": {"read": 10.0, "write": 10.0},
+    "lock_relationships": {
+        "read": {"cooperative": ["write"]},
+        "write": {"cooperative": ["write"], "assertive": ["read"]},
+    },
+}
+
+
+@pytest.fixture(params=["MultiLock", "NamedLocks"])
+def rw_unretried(
+    request: pytest.FixtureRequest, make_lock: MakeLock, uri: str, collection: Collection[Doc]
+) -> Iterator[tuple[Any, Any]]:
+    """A readers-writer manager whose client leaves retries to docmultilock, and its key."""
+    client: MongoClient[Doc] = MongoClient(uri, retryWrites=False, **CLIENT_OPTIONS)
+    try:
+        if request.param == "NamedLocks":
+            yield (
+                make_lock(
+                    NamedLocks, client[collection.database.name], collection.name, **RW_TABLE
+                ),
+                "job",
+            )
+        else:
+            collection.insert_one({"_id": 1, **USER_FIELDS})
+            where = client[collection.database.name][collection.name]
+            yield make_lock(MultiLock, where, **RW_TABLE), {"_id": 1}
+    finally:
+        client.close()
+
+
+def test_a_withdrawn_pending_upgrade_never_vouches_for_a_lost_release_of_the_read_lock(
+    rw_unretried: tuple[Any, Any], collection: Collection[Doc], fail_point: Arm
+) -> None:
+    locks, key = rw_unretried
+    read = locks.acquire(key, tag="read", lock_timeout=0.5)
+    other = locks.acquire(key, tag="read")
+    with pytest.raises(LockTimeout):  # pending for 10 s, then withdrawn
+        locks.convert(key, read, tag="write", wait=0.05, backoff=(0.01, 0.02))
+    wait_until(lambda: server_now(collection.database.client) > read.expires_at)
+    locks.extend(key, other)  # a write: the expired read entry is pruned
+    fail_point(**LOST_REPLY)
+    with pytest.raises(LockNotFound):
+        locks.release(key, read)
+
+
+@pytest.mark.parametrize(("old", "new"), [("read", "write"), ("write", "read"), ("read", "read")])
+def test_a_conversion_whose_reply_was_lost_returns_the_converted_lock(
+    rw_unretried: tuple[Any, Any], fail_point: Arm, old: str, new: str
+) -> None:
+    # The retry finds the lock converted under a greater fence: by this very call, as the
+    # entry records, not a value spent before.
+    locks, key = rw_unretried
+    lock = locks.acquire(key, tag=old)
+    fail_point(**LOST_REPLY)
+    converted = locks.convert(key, lock, tag=new)
+    assert (converted.id, converted.tag) == (lock.id, new)
+    assert converted.fence > lock.fence
+    locks.release(key, converted)

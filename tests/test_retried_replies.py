@@ -383,3 +383,28 @@ def test_a_retried_upgrade_reports_its_pending_entry_beside_the_read_lock_kept(
     assert pending.value.blocking_tags == ("read",)
     ours = [h for h in stored_lock(collection)["holders"] if h["id"] == read.id]
     assert [(h["tag"], h["pending"]) for h in ours] == [("read", False), ("write", True)]
+
+
+@pytest.mark.parametrize("use", ["extend", "release"])
+@pytest.mark.parametrize(
+    ("cls", "old", "new"), [(WriteLock, "write", "write"), (MultiLock, "read", "write")]
+)
+def test_a_retried_command_on_a_converted_lock_reads_its_fence_from_the_image(
+    through: Make,
+    cutter: ReplyCutter,
+    record: Doc,
+    collection: Collection[Doc],
+    fields: Doc,
+    cls: type[Any],
+    old: str,
+    new: str,
+    use: str,
+) -> None:
+    # The image holds the entry the conversion granted, with its fence and call: the value
+    # convert() returned is the lock's own, not a spent one.
+    locks = through(cls, **({} if cls is WriteLock else RW_TABLE))
+    converted = locks.convert(record, locks.acquire(record, **tagged(cls, old)), tag=new)
+    with answered_as_mongodb(cutter):
+        getattr(locks, use)(record, converted)
+    assert (entry_of(collection, converted) is None) == (use == "release")
+    assert_untouched(collection, fields)

@@ -40,8 +40,9 @@ class Converting:
         """Convert the held ``lock`` on ``key`` (a filter, or a name) to ``tag``; one command.
 
         The lock keeps its id; the returned :class:`~docmultilock.Lock` has the new tag and
-        a greater fence (a conversion is a grant). The old ``lock`` value is spent: use
-        the new one for ``guard()``, ``extend()`` and ``release()``.
+        a greater fence (a conversion is a grant). The old ``lock`` value is spent: its
+        ``guard()`` matches nothing, and ``extend()``, ``release()`` and ``convert()`` with
+        it write nothing and raise :class:`~docmultilock.LockConverted`; use the new one.
 
         * A **downgrade** (``write`` to ``read`` with the default table; any tag that
           refuses or waits for nothing the old one did not, the same tag included) is
@@ -62,7 +63,9 @@ class Converting:
 
         :raises InvalidArgument: an undeclared ``tag``, or a pending upgrade continued
             to another tag; nothing is written.
-        :raises LockNotFound: ``lock`` is no longer held (nothing is written).
+        :raises LockNotFound: ``lock`` is no longer held, or expired (nothing is converted).
+        :raises LockConverted: ``lock`` is spent: a conversion made another value of it
+            (nothing is written).
         :raises CooperativeLock: the upgrade is refused; ``lock`` is still held.
         :raises AssertiveLock: the upgrade is pending (without ``wait``).
         :raises TooManyHolders: the upgrade would take an entry beyond ``max_holders``.
