@@ -52,6 +52,7 @@ __all__ = [
     "Holding",
     "Tend",
     "extend_flow",
+    "lived_tag",
     "plan_hold",
     "release_flow",
     "renew_flow",
@@ -87,8 +88,15 @@ class HoldSpec:
     @property
     def tag(self) -> str:
         """The lock's tag."""
-        assert self.call.tag is not None, "hold() acquires a tag"
-        return self.call.tag
+        return lived_tag(self.call)
+
+
+def lived_tag(call: Call) -> str:
+    """The tag an acquisition's ``call`` takes: its new tag, or the pending lock's it continues."""
+    if call.lock is not None:
+        return call.lock.tag
+    assert call.tag is not None, "an acquisition takes a tag, or continues a lock"
+    return call.tag
 
 
 #: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
@@ -97,21 +105,25 @@ WAKE_MODES = ("changes", "poll")
 #: ``hold(backoff=...)``'s default: ``(min, max)`` seconds between attempts.
 DEFAULT_BACKOFF = (0.01, 0.8)
 
-#: The options of :class:`HoldOptions` that are the acquisition's.
-_ACQUIRING = NewLockOptions.__optional_keys__
+#: The options of :class:`HoldOptions` that are not the acquisition's: how to wait, and hold.
+_WAITING = HoldOptions.__optional_keys__ - NewLockOptions.__optional_keys__
 
 #: With change streams, the safety-net retry comes after ``backoff``'s max times 1 to this.
 SAFETY_NET = 4.0
 
 
-def split_hold(options: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``hold()``'s options (:class:`HoldOptions`) as its acquisition's, and the rest.
+def split_hold(
+    options: Mapping[str, Any], where: str, accepted: type = HoldOptions
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The options of ``where`` (declared by ``accepted``) as its acquisition's, and the rest.
+
+    The rest are how to wait (``acquire``, ``acquire_all``), and to hold (``hold()``).
 
     :raises TypeError: a keyword ``where`` does not take, as Python would.
     """
-    take_keywords(options, HoldOptions, where)
-    acquiring = {name: value for name, value in options.items() if name in _ACQUIRING}
-    return acquiring, {name: options[name] for name in options.keys() - _ACQUIRING}
+    take_keywords(options, accepted, where)
+    acquiring = {name: value for name, value in options.items() if name not in _WAITING}
+    return acquiring, {name: options[name] for name in options.keys() & _WAITING}
 
 
 def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> HoldSpec:
@@ -131,10 +143,9 @@ def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> Ho
         raise InvalidArgument(f"wake must be one of {', '.join(WAKE_MODES)}, not {wake!r}")
     if not isinstance(fair, bool):
         raise InvalidArgument(f"fair must be True or False, not {fair!r}")
-    assert call.tag is not None, "hold() acquires a tag"
     lifetime_ms = call.lifetime_ms
     if lifetime_ms is None:
-        lifetime_ms = ops.options.rules.lifetime_ms[call.tag]
+        lifetime_ms = ops.options.rules.lifetime_ms[lived_tag(call)]
     lifetime = lifetime_ms / 1000
     if not isinstance(keepalive, bool):
         raise InvalidArgument(f"keepalive must be True or False, not {keepalive!r}")

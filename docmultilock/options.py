@@ -39,6 +39,7 @@ __all__ = [
     "NewLockOptions",
     "OnLost",
     "PreviewOptions",
+    "WaitOptions",
     "WriteLockOptions",
     "is_encodable",
     "parse_duration",
@@ -189,8 +190,28 @@ class NewLockOptions(CallOptions, total=False):
     tag: str | None
 
 
-class AcquireOptions(NewLockOptions, total=False):
-    """``acquire()``'s options: a new lock's, or ``lock=`` to continue a pending one.
+class WaitOptions(NewLockOptions, total=False):
+    """A new lock's options, and how to wait for it: ``acquire_all()``'s.
+
+    ``wait``
+        Seconds to go on trying while refused; ``None`` (the default) tries once.
+    ``backoff``
+        ``(min, max)`` seconds of the backoff between attempts; ``(0.01, 0.8)``.
+    ``wake``
+        How a waiter learns that the lock may be free: ``"changes"`` (the default) or
+        ``"poll"``.
+    ``fair``
+        Hold a place in line while waiting (``False``).
+    """
+
+    wait: Duration | None
+    backoff: tuple[float, float]
+    wake: Literal["changes", "poll"]
+    fair: bool
+
+
+class AcquireOptions(WaitOptions, total=False):
+    """``acquire()``'s options: a new lock's and how to wait, or ``lock=`` to continue one.
 
     ``lock``
         A pending assertive lock to go on waiting with (``err.lock``), instead of ``tag``.
@@ -199,32 +220,20 @@ class AcquireOptions(NewLockOptions, total=False):
     lock: Lock | None
 
 
-class HoldOptions(NewLockOptions, total=False):
-    """The options of ``hold()`` and ``hold_all()``: an acquisition's, and how to hold it.
+class HoldOptions(WaitOptions, total=False):
+    """The options of ``hold()``, ``hold_all()`` and ``locked()``: waiting, and holding.
 
-    ``wait``
-        Seconds to go on trying while refused; ``None`` (the default) tries once.
-    ``backoff``
-        ``(min, max)`` seconds of the backoff between attempts; ``(0.01, 0.8)``.
     ``keepalive``
         Extend the lock from the process's keep-alive (``False``).
     ``extend_every``
         Seconds between extensions; a third of the lock's lifetime by default.
     ``on_lost``
         Called as ``on_lost(lock, error)`` once, when the lock is found lost.
-    ``wake``
-        How a waiter learns that the lock may be free: ``"changes"`` or ``"poll"``.
-    ``fair``
-        Hold a place in line while waiting (``False``).
     """
 
-    wait: Duration | None
-    backoff: tuple[float, float]
     keepalive: bool
     extend_every: Duration | None
     on_lost: OnLost | None
-    wake: Literal["changes", "poll"]
-    fair: bool
 
 
 class PreviewOptions(TypedDict, total=False):

@@ -15,7 +15,7 @@ from typing import Any
 
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._async.hold import AsyncHold, AsyncHoldAll
-from docmultilock._holding import plan_hold, split_hold
+from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -27,7 +27,7 @@ from docmultilock._lockset import (
 from docmultilock._operations import LockOperations
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
-from docmultilock.options import Duration, HoldOptions, NewLockOptions, take_keywords
+from docmultilock.options import AcquireOptions, Duration, HoldOptions, WaitOptions
 
 __all__ = ["AsyncHolds"]
 
@@ -37,6 +37,19 @@ class AsyncHolds:
 
     _ops: LockOperations
     _run: AsyncRunner
+
+    async def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
+        """``acquire()``: one attempt, or with ``wait=``, ``hold()``'s waiting flow."""
+        acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
+        call = self._ops.acquiring(key, **acquiring)
+        if waiting:
+            spec = plan_hold(self._ops, call, waiting)
+            if spec.wait is not None:
+                lock, _ = await self._run(wait_flow(self._ops, spec, self._run.clock))
+                return self._run.handed_out(self._ops, call, lock)
+        # One attempt, as ever: an assertive refusal's pending entry is the caller's to continue.
+        lock = await self._run(self._ops.acquire(call, clock=self._run.clock))
+        return self._run.handed_out(self._ops, call, lock)
 
     def hold(self, key: Any, **options: Unpack[HoldOptions]) -> AsyncHold:
         """Hold a lock on ``key`` for the span of an ``async with`` block; release it after.
@@ -101,22 +114,25 @@ class AsyncHolds:
         locks = plan_set(self._ops, keys, acquiring=acquiring, holding=holding)
         return AsyncHoldAll(self._ops, self._run, locks)
 
-    async def acquire_all(
-        self, keys: Sequence[Any], **options: Unpack[NewLockOptions]
-    ) -> list[Lock]:
-        """Acquire a ``tag`` lock on every key, all or nothing, trying once; the locks in order.
+    async def acquire_all(self, keys: Sequence[Any], **options: Unpack[WaitOptions]) -> list[Lock]:
+        """Acquire a ``tag`` lock on every key, all or nothing; the locks in the keys' order.
 
         For a set held across requests (each lock goes to a client through
         :class:`~docmultilock.LockSchema`); :meth:`release_all` gives them back. Taken in
         :meth:`hold_all`'s canonical order; a refusal releases what was taken and raises
         that key's error (an assertive refusal's pending entry withdrawn). The options are
-        an acquisition's (:class:`~docmultilock.options.NewLockOptions`), for every lock.
+        an acquisition's and how to wait (:class:`~docmultilock.options.WaitOptions`), for
+        every lock: by default it tries once; ``wait=`` waits as :meth:`hold_all` does, the
+        locks already taken kept and extended meanwhile::
+
+            locks = await accounts.acquire_all([{"_id": "A"}, {"_id": "B"}], wait=5.0)
 
         :raises InvalidArgument: as :meth:`hold_all`.
-        :raises LockConflict: a key refused (its error names it).
+        :raises LockConflict: a key refused, without ``wait`` (its error names it).
+        :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
-        take_keywords(options, NewLockOptions, "acquire_all")
-        locks = plan_set(self._ops, keys, acquiring=options)
+        acquiring, waiting = split_hold(options, "acquire_all", WaitOptions)
+        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=waiting)
         taken = await self._run(take_all_flow(self._ops, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 

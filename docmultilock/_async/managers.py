@@ -162,7 +162,13 @@ class _AsyncDocumentLocks(AsyncLockManager):
 
         ``tag`` may be left out when the manager declares one tag (WriteLock's ``write``).
         Give ``lock=`` instead of ``tag=`` to go on waiting with a pending assertive lock.
+        It tries once; ``wait=`` (with ``backoff``, ``wake``, ``fair``) waits as
+        :meth:`hold` does, a pending assertive lock continued meanwhile and withdrawn if
+        the wait runs out (:class:`~docmultilock.options.AcquireOptions`)::
 
+            lock = await locks.acquire({"_id": 1}, tag="write", wait=5.0)
+
+        :raises LockTimeout: ``wait`` ran out; nothing is left on the document.
         :raises LockAlreadyTaken: WriteLock's lock is held (nothing recorded).
         :raises CooperativeLock: a tag this one is cooperative with is held (nothing recorded).
         :raises TooManyHolders: the document already has ``max_holders`` entries, or
@@ -171,10 +177,7 @@ class _AsyncDocumentLocks(AsyncLockManager):
         :raises LockNotFound: the pending ``lock`` given is gone.
         :raises ResourceNotFound: no document matches ``filter``.
         """
-        take_keywords(options, AcquireOptions, "acquire")
-        call = self._ops.acquiring(filter, **options)
-        lock = await self._run(self._ops.acquire(call, clock=self._run.clock))
-        return self._run.handed_out(self._ops, call, lock)
+        return await self._acquire(filter, options)
 
     async def release(
         self,

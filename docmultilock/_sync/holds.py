@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from docmultilock._holding import plan_hold, split_hold
+from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
     canonical,
@@ -29,7 +29,7 @@ from docmultilock._sync.driver import Runner
 from docmultilock._sync.hold import Hold, HoldAll
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
-from docmultilock.options import Duration, HoldOptions, NewLockOptions, take_keywords
+from docmultilock.options import AcquireOptions, Duration, HoldOptions, WaitOptions
 
 __all__ = ["Holds"]
 
@@ -39,6 +39,19 @@ class Holds:
 
     _ops: LockOperations
     _run: Runner
+
+    def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
+        """``acquire()``: one attempt, or with ``wait=``, ``hold()``'s waiting flow."""
+        acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
+        call = self._ops.acquiring(key, **acquiring)
+        if waiting:
+            spec = plan_hold(self._ops, call, waiting)
+            if spec.wait is not None:
+                lock, _ = self._run(wait_flow(self._ops, spec, self._run.clock))
+                return self._run.handed_out(self._ops, call, lock)
+        # One attempt, as ever: an assertive refusal's pending entry is the caller's to continue.
+        lock = self._run(self._ops.acquire(call, clock=self._run.clock))
+        return self._run.handed_out(self._ops, call, lock)
 
     def hold(self, key: Any, **options: Unpack[HoldOptions]) -> Hold:
         """Hold a lock on ``key`` for the span of a ``with`` block; release it after.
@@ -103,20 +116,25 @@ class Holds:
         locks = plan_set(self._ops, keys, acquiring=acquiring, holding=holding)
         return HoldAll(self._ops, self._run, locks)
 
-    def acquire_all(self, keys: Sequence[Any], **options: Unpack[NewLockOptions]) -> list[Lock]:
-        """Acquire a ``tag`` lock on every key, all or nothing, trying once; the locks in order.
+    def acquire_all(self, keys: Sequence[Any], **options: Unpack[WaitOptions]) -> list[Lock]:
+        """Acquire a ``tag`` lock on every key, all or nothing; the locks in the keys' order.
 
         For a set held across requests (each lock goes to a client through
         :class:`~docmultilock.LockSchema`); :meth:`release_all` gives them back. Taken in
         :meth:`hold_all`'s canonical order; a refusal releases what was taken and raises
         that key's error (an assertive refusal's pending entry withdrawn). The options are
-        an acquisition's (:class:`~docmultilock.options.NewLockOptions`), for every lock.
+        an acquisition's and how to wait (:class:`~docmultilock.options.WaitOptions`), for
+        every lock: by default it tries once; ``wait=`` waits as :meth:`hold_all` does, the
+        locks already taken kept and extended meanwhile::
+
+            locks = accounts.acquire_all([{"_id": "A"}, {"_id": "B"}], wait=5.0)
 
         :raises InvalidArgument: as :meth:`hold_all`.
-        :raises LockConflict: a key refused (its error names it).
+        :raises LockConflict: a key refused, without ``wait`` (its error names it).
+        :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
-        take_keywords(options, NewLockOptions, "acquire_all")
-        locks = plan_set(self._ops, keys, acquiring=options)
+        acquiring, waiting = split_hold(options, "acquire_all", WaitOptions)
+        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=waiting)
         taken = self._run(take_all_flow(self._ops, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 

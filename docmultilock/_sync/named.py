@@ -23,7 +23,7 @@ from docmultilock._lock import Lock
 from docmultilock._operations import LockOperations
 from docmultilock._sync.managers import LockManager
 from docmultilock._typing import Unpack
-from docmultilock.options import AcquireOptions, Duration, NamedLocksOptions, take_keywords
+from docmultilock.options import AcquireOptions, Duration, NamedLocksOptions
 
 __all__ = ["NamedLocks"]
 
@@ -70,18 +70,19 @@ class NamedLocks(LockManager):
         """Acquire a ``tag`` lock on ``name``, creating its lock document in the same command.
 
         ``tag`` may be left out when the table declares one tag (the default, ``write``).
-        Give ``lock=`` instead to go on waiting with a pending assertive lock.
+        Give ``lock=`` instead to go on waiting with a pending assertive lock. It tries
+        once; ``wait=`` (with ``backoff``, ``wake``, ``fair``) waits as :meth:`hold` does::
 
+            lock = jobs.acquire("nightly-report", wait=30.0)
+
+        :raises LockTimeout: ``wait`` ran out; nothing is left on the name.
         :raises LockAlreadyTaken: the name is held (default table; nothing recorded).
         :raises CooperativeLock: a tag this one is cooperative with is held (custom table).
         :raises TooManyHolders: ``max_holders`` entries, or ``lock_limits`` reached.
         :raises AssertiveLock: registered as pending; call again with ``lock=err.lock``.
         :raises LockNotFound: the pending ``lock`` given is gone.
         """
-        take_keywords(options, AcquireOptions, "acquire")
-        call = self._ops.acquiring(name, **options)
-        lock = self._run(self._ops.acquire(call, clock=self._run.clock))
-        return self._run.handed_out(self._ops, call, lock)
+        return self._acquire(name, options)
 
     def release(
         self,
