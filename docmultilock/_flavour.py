@@ -22,7 +22,15 @@ import logging
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-__all__ = ["AsyncOnly", "NotAHold", "Release", "SyncOnly", "unclaimed"]
+__all__ = [
+    "AsyncOnly",
+    "NotAHold",
+    "Release",
+    "SyncOnly",
+    "async_decorates",
+    "decorates",
+    "unclaimed",
+]
 
 log = logging.getLogger("docmultilock")
 
@@ -52,6 +60,36 @@ def _never_exited(*_: object) -> None:  # pragma: no cover - entering always rai
 
 async def _never_exited_async(*_: object) -> None:  # pragma: no cover - the same, async
     """The async exit of a context manager whose entry refuses: never reached."""
+
+
+def async_decorates(function: object, manager: str) -> None:
+    """Refuse, for an async manager's ``holding()``, anything but an ``async def`` function."""
+    if not inspect.iscoroutinefunction(function):
+        raise TypeError(
+            f"{manager}.holding() decorates async functions (async def), not "
+            f"{_described(function)}: use {manager.removeprefix('Async')} (the sync manager) "
+            "for a plain function"
+        )
+
+
+def decorates(function: object, manager: str) -> None:
+    """Refuse, for a sync manager's ``holding()``, an ``async def`` function or no function."""
+    if inspect.iscoroutinefunction(function) or not callable(function):
+        raise TypeError(
+            f"{manager}.holding() decorates plain functions, not {_described(function)}: use "
+            f"Async{manager} (the async manager) for an async function"
+        )
+
+
+def _described(function: object) -> str:
+    """``function`` as an error names it: its kind and name."""
+    if inspect.iscoroutinefunction(function):
+        kind = "the async function"
+    elif callable(function):
+        kind = "the plain function"
+    else:
+        return f"a {type(function).__name__}"
+    return f"{kind} {getattr(function, '__qualname__', function)!r}"
 
 
 class AsyncOnly:

@@ -1,18 +1,21 @@
 """Recipe: a Celery task that runs on one worker at a time, under a named lock.
 
 Celery may start a job twice at once: beat fires on two schedulers, a task is retried
-while its first run still goes, or two users press the same button. The task below holds
-the job's name in :class:`~docmultilock.NamedLocks` while it runs; a run that finds the
-name held skips at once, whichever worker or machine it is on:
+while its first run still goes, or two users press the same button. The job below is a
+function decorated by :meth:`~docmultilock.NamedLocks.holding`: each call holds the job's
+name in :class:`~docmultilock.NamedLocks` while it runs, and a call that finds the name
+held raises :class:`~docmultilock.LockAlreadyTaken` without running, so the task skips at
+once, whichever worker or machine it is on:
 
-* ``hold(JOB, keepalive=True)``: the process's keep-alive thread extends the lock while
-  the job runs, so a job may outlast ``lock_timeout``; a worker that dies (or is killed by
-  Celery's hard time limit) frees the name when its last extension runs out.
+* ``locks.holding(JOB, keepalive=True, ...)``: the process's keep-alive thread extends the
+  lock while the job runs, so a job may outlast ``lock_timeout``; a worker that dies (or
+  is killed by Celery's hard time limit) frees the name when its last extension runs out.
 * ``on_lost=``: called from the keep-alive as soon as the lock is found lost (an extension
-  failed, or an operator broke it); the job checks ``held.lost`` between steps and stops.
-  ``hold()`` then raises the loss, and Celery records the task as failed.
-* Each step's write is fenced by ``lock.fence``, which grows with every grant of the name:
-  a run that stalled past its lock cannot overwrite a newer run's report.
+  failed, or an operator broke it); the job checks ``held.lost`` between steps and stops
+  (``pass_held=True`` hands it the held lock). The call then raises the loss, and Celery
+  records the task as failed.
+* Each step's write is fenced by ``held.lock.fence``, which grows with every grant of the
+  name: a run that stalled past its lock cannot overwrite a newer run's report.
 
 Here the app uses the in-memory broker and ``task_always_eager=True``: ``delay()`` runs the
 task in the calling thread, so the script needs no broker and no worker. The two "workers"
@@ -28,7 +31,6 @@ from a clone of the repository::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -40,7 +42,7 @@ from celery import Celery  # type: ignore[import-untyped]
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from docmultilock import Lock, LockAlreadyTaken, LockError, NamedLocks
+from docmultilock import HeldLock, Lock, LockAlreadyTaken, LockError, NamedLocks
 from docmultilock.testing import mongodb_uri
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,14 @@ app.conf.update(
 )
 
 
+def alert(lock: Lock, error: LockError) -> None:
+    """Called once, from the keep-alive thread, as soon as the loss is known: keep it short.
+
+    The job itself sees ``held.lost`` and stops at its next step.
+    """
+    log.error("the run holding %s lost its lock (fence %d): %s", JOB, lock.fence, error)
+
+
 class Jobs:
     """The job's database and its named locks, made once per worker process."""
 
@@ -64,6 +74,28 @@ class Jobs:
         # The names' lock documents live in "docmultilock.locks" of the app's database.
         self.locks = NamedLocks(db, lock_timeout=lock_timeout)
         self.step_seconds = step_seconds
+        # One run at a time: each call holds JOB while it runs, kept alive; a call that
+        # finds JOB held raises LockAlreadyTaken and does not run.
+        self.report = self.locks.holding(JOB, keepalive=True, on_lost=alert, pass_held=True)(
+            self._report
+        )
+
+    def _report(self, held: HeldLock, steps: int) -> dict[str, Any]:
+        """Run the report in ``steps`` steps, holding ``JOB`` (``held``)."""
+        started = time.monotonic()
+        done = 0
+        for step in range(1, steps + 1):
+            time.sleep(self.step_seconds)  # the real work of one step
+            if held.lost.is_set():
+                break  # write nothing more: another run may have the name by now
+            fence = held.lock.fence
+            # Fenced besides: lands only if no newer run (a larger fence) has written since.
+            self.db.reports.update_one(
+                {"_id": JOB, "fence": {"$lte": fence}}, {"$set": {"fence": fence, "step": step}}
+            )
+            done = step
+        # Returning releases the name; after a loss the call raises the loss instead.
+        return {"skipped": False, "steps": done, "seconds": time.monotonic() - started}
 
 
 _jobs: Jobs | None = None
@@ -88,33 +120,11 @@ def nightly_report(task: Any, steps: int = 3) -> dict[str, Any]:
 
     ``task`` is Celery's task (``bind=True``), for the id of this run.
     """
-    current = jobs()
-    run = task.request.id
-
-    def alert(lock: Lock, error: LockError) -> None:
-        # Called once, from the keep-alive thread, as soon as the loss is known: keep it
-        # short (the job itself sees held.lost and stops at its next step).
-        log.error("run %s of %s lost its lock (fence %d): %s", run, JOB, lock.fence, error)
-
-    with contextlib.ExitStack() as stack:
-        try:
-            held = stack.enter_context(current.locks.hold(JOB, keepalive=True, on_lost=alert))
-        except LockAlreadyTaken:
-            return {"skipped": True}
-        started = time.monotonic()
-        done = 0
-        for step in range(1, steps + 1):
-            time.sleep(current.step_seconds)  # the real work of one step
-            if held.lost.is_set():
-                break  # write nothing more: another run may have the name by now
-            fence = held.lock.fence
-            # Fenced besides: lands only if no newer run (a larger fence) has written since.
-            current.db.reports.update_one(
-                {"_id": JOB, "fence": {"$lte": fence}}, {"$set": {"fence": fence, "step": step}}
-            )
-            done = step
-        # Leaving the block releases the name; after a loss it raises the loss instead.
-    return {"skipped": False, "steps": done, "seconds": time.monotonic() - started}
+    try:
+        return jobs().report(steps)
+    except LockAlreadyTaken:
+        log.info("run %s skipped: another run holds %s", task.request.id, JOB)
+        return {"skipped": True}
 
 
 # Registered without the decorator form, so that mypy keeps the function's own types.

@@ -12,9 +12,11 @@ the order and the all or nothing; this shell only runs them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
+from docmultilock._flavour import decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
@@ -26,12 +28,15 @@ from docmultilock._lockset import (
 )
 from docmultilock._operations import LockOperations
 from docmultilock._sync.driver import Runner
-from docmultilock._sync.hold import Hold, HoldAll
+from docmultilock._sync.hold import HeldLock, Hold, HoldAll
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
 from docmultilock.options import AcquireOptions, Duration, HoldOptions, WaitOptions
 
 __all__ = ["Holds"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Holds:
@@ -88,6 +93,59 @@ class Holds:
         acquiring, holding = split_hold(options, "hold")
         spec = plan_hold(self._ops, self._ops.acquiring(key, **acquiring), holding)
         return Hold(self._ops, self._run, spec)
+
+    @overload
+    def holding(
+        self, key: Any, *, pass_held: Literal[False] = False, **options: Unpack[HoldOptions]
+    ) -> Callable[[Callable[P, T]], Callable[P, T]]: ...
+
+    @overload
+    def holding(
+        self, key: Any, *, pass_held: Literal[True], **options: Unpack[HoldOptions]
+    ) -> Callable[[Callable[Concatenate[HeldLock, P], T]], Callable[P, T]]: ...
+
+    def holding(self, key: Any, *, pass_held: bool = False, **options: Any) -> Any:
+        """Decorate a sync function so that each call runs holding a lock: one at a time.
+
+        Each call enters :meth:`hold` with ``options`` (:class:`~docmultilock.options.HoldOptions`)
+        and runs the function inside the block: refused (or out of ``wait``), the call
+        raises as :meth:`hold` does and the function does not run. ``key`` is a name or a
+        filter, or a function of the call's arguments that returns one::
+
+            @jobs.holding("nightly-report", wait=60.0, keepalive=True)
+            def nightly_report() -> None: ...
+
+            @locks.holding(lambda order_id: {"_id": order_id}, tag="write")
+            def pay(order_id: int) -> None: ...
+
+        With ``pass_held=True`` the function gets the held lock first (for
+        ``held.guard()``, ``held.lock.fence``, ``held.lost``), and its callers do not pass
+        it. (:meth:`locked` answers whether a key is locked now; this is the decorator.)
+
+        :raises TypeError: a keyword :meth:`hold` does not take, or a function of the other
+            flavour than the manager's (the error names the manager to use).
+        :raises InvalidArgument: a bad option, or a bad ``key`` that is not a function,
+            before anything is written (a key function's key, at each call).
+        """
+        split_hold(options, "holding")  # a keyword hold() does not take: TypeError now
+        if not callable(key):
+            self.hold(key, **options)  # parsed now: a bad key or option is refused here
+        manager = type(self).__name__
+
+        def decorate(function: Callable[..., T]) -> Callable[..., T]:
+            decorates(function, manager)
+
+            @functools.wraps(function)
+            def holding_lock(*args: Any, **kwargs: Any) -> T:
+                target = key(*args, **kwargs) if callable(key) else key
+                with self.hold(target, **options) as held:
+                    if pass_held:
+                        return function(held, *args, **kwargs)
+                    return function(*args, **kwargs)
+
+            return holding_lock
+
+        return decorate
 
     def hold_all(self, keys: Sequence[Any], **options: Unpack[HoldOptions]) -> HoldAll:
         """Hold a ``tag`` lock on every key for the span of a ``with`` block.
