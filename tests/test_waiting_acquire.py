@@ -121,8 +121,8 @@ def test_a_bad_waiting_option_is_refused_by_name_before_anything_is_written(
 
 @pytest.mark.parametrize("option", ["keepalive", "on_lost", "extend_every"])
 def test_acquire_takes_no_holding_option(subject: Subject, option: str) -> None:
+    extra: dict[str, Any] = {option: None}
     with pytest.raises(
         TypeError, match=rf"acquire\(\) got an unexpected keyword argument '{option}'"
     ):
-        extra: dict[str, Any] = {option: None}
         subject.locks.acquire(subject.key, tag=subject.tag, **extra)
