@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, cast
 
 from docmultilock._lock import Lock
 
-__all__ = ["Call", "new_call"]
+__all__ = ["Call", "lived_tag", "new_call"]
 
 
 class Call(NamedTuple):
@@ -44,3 +44,11 @@ class Call(NamedTuple):
 #: made by ``tuple.__new__`` itself, without the Python-level ``__new__`` of a named tuple:
 #: two are made per lock cycle, on the hot path.
 new_call = cast(Callable[[tuple[Any, ...]], Call], partial(tuple.__new__, Call))
+
+
+def lived_tag(call: Call) -> str:
+    """The tag an acquisition's ``call`` takes: its new tag, or the pending lock's it continues."""
+    if call.lock is not None:
+        return call.lock.tag
+    assert call.tag is not None, "an acquisition takes a tag, or continues a lock"
+    return call.tag

@@ -28,11 +28,12 @@ from typing import Any
 
 from docmultilock._acquiring import capped
 from docmultilock._backoff import Backoff, check_backoff
-from docmultilock._calls import Call
+from docmultilock._calls import Call, lived_tag
 from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
 from docmultilock._lock import Lock
+from docmultilock._losses import reworded
 from docmultilock._operations import LockOperations
 from docmultilock.errors import (
     AssertiveLock,
@@ -52,7 +53,6 @@ __all__ = [
     "Holding",
     "Tend",
     "extend_flow",
-    "lived_tag",
     "plan_hold",
     "release_flow",
     "renew_flow",
@@ -79,6 +79,7 @@ class HoldSpec:
     on_lost: OnLost | None
     wake: bool = True  # wait for change events (True), or poll only
     fair: bool = False  # hold a place in line while waiting
+    member: str = ""  # a set's lock: its place in the set, for the loss messages
 
     @property
     def key(self) -> Any:
@@ -89,14 +90,6 @@ class HoldSpec:
     def tag(self) -> str:
         """The lock's tag."""
         return lived_tag(self.call)
-
-
-def lived_tag(call: Call) -> str:
-    """The tag an acquisition's ``call`` takes: its new tag, or the pending lock's it continues."""
-    if call.lock is not None:
-        return call.lock.tag
-    assert call.tag is not None, "an acquisition takes a tag, or continues a lock"
-    return call.tag
 
 
 #: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
@@ -367,9 +360,11 @@ def renew_flow(
     Past the estimate the answer cannot save the lock, so a stalled server costs this lock
     and holds the keep-alive no longer.
     """
-    if holding.spec.call.limit is not None:
-        limit = min(limit, holding.spec.call.limit)
-    return (yield from extend_flow(ops, holding, timeout=limit, clock=clock))
+    spec = holding.spec
+    if spec.call.limit is not None:
+        limit = min(limit, spec.call.limit)
+    error = yield from extend_flow(ops, holding, timeout=limit, clock=clock)
+    return reworded(error, ops.core.home.noun, "keep alive", spec.member)
 
 
 def release_flow(
@@ -393,4 +388,4 @@ def release_flow(
         if not quiet and holding.error is None and lost is None:
             raise
         log.warning("could not release lock %s on %r: %s", holding.lock.id, spec.key, err)
-    return lost
+    return reworded(lost, ops.core.home.noun, "end of block", spec.member)

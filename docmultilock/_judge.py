@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from docmultilock._command import Filter, Home, Verdicts
 from docmultilock._layout import LAYOUT
 from docmultilock._lock import Lock, as_utc
+from docmultilock._losses import loss_message
 from docmultilock._reply import DOCUMENT_ID, Reply, ReplyShape
 from docmultilock._rules import TagRules
 from docmultilock.errors import (
@@ -174,13 +175,12 @@ class Judge:
             fence=fence,
         )
 
-    def lost(self, lock: Lock, user_filter: Filter, doing: str) -> LockNotFound:
-        """The error for a lock that is no longer on its document."""
+    def lost(self, lock: Lock, user_filter: Filter, doing: str, member: str = "") -> LockNotFound:
+        """The error for a lock that is no longer on its document, worded for ``doing``.
+
+        ``doing`` is what found the loss (``_losses.LOSSES``); ``member`` names the lock's
+        place in a set, when it is one of a set's.
+        """
         return self.verdicts.lost(
-            f"cannot {doing}: lock {lock.id} ({lock.tag!r}) is no longer held on {self.home.noun} "
-            f"{lock.document_id!r}: it was already released (a second release of a lock "
-            "raises this), or it expired, or an operator broke it, and another holder may "
-            "have it now",
-            filter=user_filter,
-            lock=lock,
+            loss_message(lock, self.home.noun, doing, member), filter=user_filter, lock=lock
         )

@@ -43,6 +43,7 @@ from docmultilock._holding import (
     plan_hold,
     wait_flow,
 )
+from docmultilock._losses import set_member
 from docmultilock._operations import LockOperations
 from docmultilock.errors import InvalidArgument, LockError
 
@@ -218,8 +219,12 @@ def plan_set(
     calls = [ops.acquiring(key, **acquiring) for key in key_sequence(keys)]
     spec = plan_hold(ops, calls[0], holding or {})
     identified, order = canonical(calls, ops.codec_options)
+    size = len(calls)
     return LockSet(
-        ordered=tuple(dataclasses.replace(spec, call=calls[index]) for index in order),
+        ordered=tuple(
+            dataclasses.replace(spec, call=calls[index], member=set_member(index, size))
+            for index in order
+        ),
         places=tuple(order),
         keys=tuple(identified),
     )

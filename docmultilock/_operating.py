@@ -272,9 +272,9 @@ class Operating:
                 return bool(count)
         return True
 
-    def lost_write(self, key: object, lock: Lock) -> LockNotFound:
+    def lost_write(self, key: object, lock: Lock, member: str = "") -> LockNotFound:
         """The loss error for a guarded write of ``lock`` that matched nothing."""
-        return self.core.judge.lost(lock, self.key_filter(key), "write")
+        return self.core.judge.lost(lock, self.key_filter(key), "write", member)
 
     def guard(self, key: object, lock: object) -> dict[str, Any]:
         """A filter matching ``lock``'s document only while it is held (nothing is sent)."""

@@ -72,7 +72,7 @@ def renew_together(
     ):
         lock, user_filter = holding.lock, holding.spec.call.user_filter
         if outcome is None:
-            lost = core.judge.lost(lock, user_filter, "extend")
+            lost = core.judge.lost(lock, user_filter, "keep alive", holding.spec.member)
             ops.report_lost(user_filter, lock, sent, clock, lost)
             results.append(lost)
             continue

@@ -110,7 +110,8 @@ class AsyncHeldLock:
         """
         if self._ops.applied(result):
             return result
-        error = self._ops.lost_write(self._holding.spec.key, self.lock)
+        spec = self._holding.spec
+        error = self._ops.lost_write(spec.key, self.lock, spec.member)
         self._lose(error)
         raise self._run.mapped(error)
 
