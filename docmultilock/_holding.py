@@ -33,8 +33,8 @@ from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
 from docmultilock._lock import Lock
-from docmultilock._losses import reworded
 from docmultilock._operations import LockOperations
+from docmultilock._wording import in_the_way, reworded
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
@@ -220,7 +220,7 @@ def wait_flow(
             if waited >= spec.wait:
                 raise LockTimeout(
                     f"gave up waiting for a {spec.tag!r} lock on {spec.key!r} after "
-                    f"{waited:.3g} s and {attempts} attempts: {last}",
+                    f"{waited:.3g} s and {attempts} attempts: {in_the_way(last)}",
                     filter=last.filter,
                     attempts=attempts,
                     waited=waited,

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from docmultilock._command import Filter, Home, Verdicts
 from docmultilock._layout import LAYOUT
 from docmultilock._lock import Lock, as_utc
-from docmultilock._losses import loss_message
+from docmultilock._wording import loss_message
 from docmultilock._reply import DOCUMENT_ID, Reply, ReplyShape
 from docmultilock._rules import TagRules
 from docmultilock.errors import (
@@ -178,7 +178,7 @@ class Judge:
     def lost(self, lock: Lock, user_filter: Filter, doing: str, member: str = "") -> LockNotFound:
         """The error for a lock that is no longer on its document, worded for ``doing``.
 
-        ``doing`` is what found the loss (``_losses.LOSSES``); ``member`` names the lock's
+        ``doing`` is what found the loss (``_wording.LOSSES``); ``member`` names the lock's
         place in a set, when it is one of a set's.
         """
         return self.verdicts.lost(

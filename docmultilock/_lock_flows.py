@@ -30,6 +30,7 @@ from docmultilock._flows import (
 from docmultilock._lock import Lock
 from docmultilock._operating import Operating, new_lock_id
 from docmultilock._plans import AcquirePlan, ConvertPlan
+from docmultilock._wording import in_the_way
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
@@ -192,8 +193,8 @@ class LockFlows(Operating):
                 if waited >= wait:
                     raise LockTimeout(
                         f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
-                        f"after {waited:.3g} s and {attempts} attempts; the {held.tag!r} lock "
-                        f"is still held: {last}",
+                        f"after {waited:.3g} s and {attempts} attempts: {in_the_way(last)}, and "
+                        f"the {held.tag!r} lock is still held",
                         filter=last.filter,
                         attempts=attempts,
                         waited=waited,

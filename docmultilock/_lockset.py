@@ -43,8 +43,8 @@ from docmultilock._holding import (
     plan_hold,
     wait_flow,
 )
-from docmultilock._losses import set_member
 from docmultilock._operations import LockOperations
+from docmultilock._wording import set_member
 from docmultilock.errors import InvalidArgument, LockError
 
 __all__ = [

@@ -44,7 +44,7 @@ CORE = frozenset({
     "docmultilock._ledger",
     "docmultilock._lock",
     "docmultilock._lock_flows",
-    "docmultilock._losses",
+    "docmultilock._wording",
     "docmultilock._operating",
     "docmultilock._operations",
     "docmultilock._pipeline",

@@ -24,7 +24,14 @@ from docmultilock._lockset import LockSet, take_all_flow
 from docmultilock._operations import LockOperations
 from docmultilock._renewing import renew_together
 from docmultilock._sync.driver import Runner
-from docmultilock.errors import DbTimeout, InvalidArgument, LockError, LockNotFound
+from docmultilock._wording import held_upgrade_pending
+from docmultilock.errors import (
+    AssertiveLock,
+    DbTimeout,
+    InvalidArgument,
+    LockError,
+    LockNotFound,
+)
 
 __all__ = ["HeldLock", "HeldLocks", "Hold", "HoldAll"]
 
@@ -153,6 +160,9 @@ class HeldLock:
         except LockNotFound as err:
             self._lose(err)
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
+        except AssertiveLock as err:
+            pending = held_upgrade_pending(err, self.lock.tag, tag)
+            raise self._run.mapped(pending)  # noqa: B904 - mapped() sets __cause__ itself
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
         else:

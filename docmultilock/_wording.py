@@ -1,10 +1,15 @@
-"""How a lost lock's error reads: worded for what found the loss.
+"""How an error reads for what the caller did: a loss, a wait that ran out, a pending upgrade.
 
 A loss is one fact (our entry is gone from the document), but what it means to the caller
 depends on what they did: a second ``release`` is their own doing, an ``extend`` cannot
 revive an expired lock, a guarded write landed on nothing, the keep-alive found the lock
 gone while it was held, or a ``hold()`` block ended after its lock had lapsed. The
 wording is chosen here, once; ``_plans.Judge.lost`` builds the error.
+
+A wait that ran out states what was in the way, not the refusal's advice to call again
+(its pending entry is gone by then, or reported left behind); a pending upgrade inside
+``hold()`` advises ``held.convert``, never the manager's ``convert``, which would leave
+the hold renewing a lock that no longer exists.
 """
 
 from __future__ import annotations
@@ -12,9 +17,16 @@ from __future__ import annotations
 from typing import TypeVar
 
 from docmultilock._lock import Lock
-from docmultilock.errors import LockError, LockNotFound
+from docmultilock.errors import AssertiveLock, LockConflict, LockError, LockNotFound
 
-__all__ = ["LOSSES", "loss_message", "reworded", "set_member"]
+__all__ = [
+    "LOSSES",
+    "held_upgrade_pending",
+    "in_the_way",
+    "loss_message",
+    "reworded",
+    "set_member",
+]
 
 E = TypeVar("E", bound=LockError | None)
 
@@ -73,3 +85,24 @@ def reworded(error: E, noun: str, doing: str, member: str = "") -> E:
         return error
     message = loss_message(error.lock, noun, doing, member)
     return type(error)(message, filter=error.filter, lock=error.lock)
+
+
+def in_the_way(last: LockConflict) -> str:
+    """What kept a wait that ran out from its lock: the last refusal, without its advice."""
+    if isinstance(last, AssertiveLock):
+        drained = ", ".join(last.blocking_tags)
+        return f"these tags did not drain: {drained}"
+    return str(last)
+
+
+def held_upgrade_pending(err: AssertiveLock, was: str, tag: str) -> AssertiveLock:
+    """``err``, a held ``was`` lock's pending upgrade to ``tag``, advising ``held.convert``."""
+    lock = err.lock
+    return AssertiveLock(
+        f"upgrade of lock {lock.id} to {tag!r} is pending on {lock.document_id!r} until these "
+        f"tags drain: {', '.join(err.blocking_tags)}; the held {was!r} lock is still held: "
+        f"call held.convert({tag!r}) again to keep waiting",
+        filter=err.filter,
+        lock=lock,
+        blocking_tags=err.blocking_tags,
+    )
