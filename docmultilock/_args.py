@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import uuid
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -58,7 +60,12 @@ def check_filter(filter: object) -> dict[str, Any]:  # noqa: A002
     if type(filter) is dict and filter and _flat(filter):
         return dict(filter)
     if not isinstance(filter, Mapping):
-        raise InvalidArgument(f"filter must be a mapping, not {type(filter).__name__}")
+        hint = ""
+        if isinstance(filter, (str, int, float, ObjectId, uuid.UUID)) and not isinstance(
+            filter, bool
+        ):
+            hint = f": to lock the document whose _id is {filter!r}, pass {{'_id': {filter!r}}}"
+        raise InvalidArgument(f"filter must be a mapping, not {type(filter).__name__}{hint}")
     if not filter:
         # An empty filter would lock whichever document comes first.
         raise InvalidArgument("filter must not be empty")
@@ -142,7 +149,10 @@ def check_lock(lock: object, rules: TagRules, *, granted: bool = False) -> Lock:
     schema checks them.
     """
     if not isinstance(lock, Lock):
-        raise InvalidArgument(f"lock must be a docmultilock.Lock, not {type(lock).__name__}")
+        hint = ""
+        if inspect.isawaitable(lock):
+            hint = " (an async lock manager's acquire() returns one: was 'await' forgotten?)"
+        raise InvalidArgument(f"lock must be a docmultilock.Lock, not {type(lock).__name__}{hint}")
     if not (isinstance(lock.id, str) and LOCK_ID_PATTERN.match(lock.id)):
         raise InvalidArgument(f"lock id must be 32 lowercase hex digits, not {lock.id!r}")
     problem = document_id_problem(lock.document_id)

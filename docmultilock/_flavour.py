@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
+import types
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -29,6 +31,7 @@ __all__ = [
     "SyncOnly",
     "async_decorates",
     "decorates",
+    "own_methods",
     "unclaimed",
 ]
 
@@ -42,16 +45,54 @@ L = TypeVar("L", bound="NotAHold")
 #: Releases started from a plain ``with`` in an event loop, kept until they end.
 _RELEASING: set[asyncio.Task[object]] = set()
 
-#: What a held lock offers inside the block; asked of the hold itself, it was not entered.
-_HELD_ATTRIBUTES = frozenset({"lock", "guard", "require", "lost", "error"})
+#: What a held lock (``hold()``) or set (``hold_all()``) offers inside the block; asked of
+#: the hold itself, it was not entered.
+_HELD_ATTRIBUTES = {
+    "hold": frozenset({"lock", "guard", "require", "lost", "error", "convert"}),
+    "hold_all": frozenset({"locks", "members", "errors", "guard", "require", "lost"}),
+}
+
+
+def _call_of(hold: object) -> str:
+    """The method that made ``hold``: ``hold`` or ``hold_all`` (the block's ``_call``)."""
+    return str(getattr(hold, "_call", "hold()")).removesuffix("()")
 
 
 def _not_entered(hold: object, name: str, statement: str) -> AttributeError:
+    call = _call_of(hold)
+    held = "the held locks" if call == "hold_all" else "the held lock"
     return AttributeError(
-        f"{type(hold).__name__} has no attribute {name!r}: hold() returns a context manager, "
-        f"not the held lock; write '{statement} locks.hold(...) as held:' and use "
+        f"{type(hold).__name__} has no attribute {name!r}: {call}() returns a context "
+        f"manager, not {held}; write '{statement} locks.{call}(...) as held:' and use "
         f"held.{name} inside the block"
     )
+
+
+def _held_attribute(hold: object, name: str) -> bool:
+    return name in _HELD_ATTRIBUTES.get(_call_of(hold), frozenset())
+
+
+def own_methods(cls: type, names: tuple[str, ...]) -> None:
+    """Give ``cls`` its own copy of each inherited method of ``names``, named for ``cls``.
+
+    Python names a method's class in its argument errors (``WriteLock.acquire() takes 2
+    positional arguments but 3 were given``) from the code's qualified name (3.11 on): a
+    copy names the class the user made, never the private base that defines the method.
+    """
+    for name in names:
+        function = getattr(cls, name)
+        code = function.__code__
+        if sys.version_info >= (3, 11):
+            code = code.replace(co_qualname=f"{cls.__name__}.{name}")
+        copy = types.FunctionType(
+            code, function.__globals__, name, function.__defaults__, function.__closure__
+        )
+        copy.__kwdefaults__ = function.__kwdefaults__
+        copy.__annotations__ = function.__annotations__
+        copy.__doc__ = function.__doc__
+        copy.__module__ = function.__module__
+        copy.__qualname__ = f"{cls.__qualname__}.{name}"
+        setattr(cls, name, copy)
 
 
 def _never_exited(*_: object) -> None:  # pragma: no cover - entering always raised
@@ -97,8 +138,8 @@ class AsyncOnly:
 
     def __enter__(self) -> NoReturn:
         raise TypeError(
-            f"{type(self).__name__} is an async context manager: use "
-            "'async with locks.hold(...) as held:' (or a sync lock manager for plain 'with')"
+            f"{type(self).__name__} is an async context manager: use 'async with "
+            f"locks.{_call_of(self)}(...) as held:' (or a sync lock manager for plain 'with')"
         )
 
     __exit__ = _never_exited
@@ -106,14 +147,16 @@ class AsyncOnly:
     if not TYPE_CHECKING:  # for the runtime only: a type checker still flags the misuse
 
         def __await__(self) -> Generator[Any, None, NoReturn]:
+            call = _call_of(self)
+            acquire = "acquire_all" if call == "hold_all" else "acquire"
             raise TypeError(
-                "'await locks.hold(...)' takes no lock: write 'async with locks.hold(...) as "
-                "held:' for a block, or 'await locks.acquire(...)' for a lock you release "
-                "yourself"
+                f"'await locks.{call}(...)' takes no lock: write 'async with "
+                f"locks.{call}(...) as held:' for a block, or 'await locks.{acquire}(...)' "
+                "for locks you release yourself"
             )
 
         def __getattr__(self, name: str) -> Any:
-            if name in _HELD_ATTRIBUTES:
+            if _held_attribute(self, name):
                 raise _not_entered(self, name, "async with")
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -123,8 +166,8 @@ class SyncOnly:
 
     async def __aenter__(self) -> NoReturn:
         raise TypeError(
-            f"{type(self).__name__} is a plain context manager: use "
-            "'with locks.hold(...) as held:' (or an async lock manager for 'async with')"
+            f"{type(self).__name__} is a plain context manager: use 'with "
+            f"locks.{_call_of(self)}(...) as held:' (or an async lock manager for 'async with')"
         )
 
     __aexit__ = _never_exited_async
@@ -132,7 +175,7 @@ class SyncOnly:
     if not TYPE_CHECKING:  # for the runtime only: a type checker still flags the misuse
 
         def __getattr__(self, name: str) -> Any:
-            if name in _HELD_ATTRIBUTES:
+            if _held_attribute(self, name):
                 raise _not_entered(self, name, "with")
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

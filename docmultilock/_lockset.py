@@ -17,7 +17,7 @@ The shells (``_async/hold.py`` and its generated twin) run these flows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -49,6 +49,7 @@ from docmultilock.errors import InvalidArgument, LockError
 
 __all__ = [
     "LockSet",
+    "at_each",
     "canonical",
     "key_sequence",
     "order_key",
@@ -201,6 +202,17 @@ def key_sequence(keys: object) -> Sequence[Any]:
     return keys
 
 
+def at_each(keys: Sequence[Any], parse: Callable[[Any], Call]) -> list[Call]:
+    """Each key's call, parsed by ``parse``; a refused key is named by its place in ``keys``."""
+    calls = []
+    for place, key in enumerate(keys):
+        try:
+            calls.append(parse(key))
+        except InvalidArgument as err:
+            raise InvalidArgument(f"keys[{place}] of the set: {err}") from err
+    return calls
+
+
 def plan_set(
     ops: LockOperations,
     keys: object,
@@ -216,7 +228,7 @@ def plan_set(
     :raises InvalidArgument: ``keys`` is empty or not a sequence, as :func:`canonical`
         does, or for any argument, before anything is written.
     """
-    calls = [ops.acquiring(key, **acquiring) for key in key_sequence(keys)]
+    calls = at_each(key_sequence(keys), lambda key: ops.acquiring(key, **acquiring))
     spec = plan_hold(ops, calls[0], holding or {})
     identified, order = canonical(calls, ops.codec_options)
     size = len(calls)

@@ -11,6 +11,7 @@ problem at once.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -302,13 +303,15 @@ class NamedLocksOptions(ManagerOptions, total=False):
     """What ``NamedLocks`` takes: a tag table, its lifetimes and limits.
 
     ``lock_timeouts``
-        Each tag's lifetime in seconds.
+        Each tag's lifetime in seconds; a tag left out lives ``lock_timeout``.
     ``lock_relationships``
-        The tag table: each tag's ``cooperative`` and ``assertive`` tags.
+        The tag table: each tag's ``cooperative`` and ``assertive`` tags; by default
+        readers-writer (``MultiLock``) or one exclusive ``write`` tag (``NamedLocks``).
     ``lock_limits``
-        The most granted locks of a tag at once on one document or name.
+        The most granted locks of a tag at once on one document or name (none); at most
+        ``max_holders``, for a tag that is not cooperative with itself.
     ``max_holders``
-        The most live entries (held and pending) on one document or name.
+        The most live entries (held and pending) on one document or name; ``1000``.
     """
 
     lock_timeouts: Mapping[str, Duration] | None
@@ -325,6 +328,30 @@ class MultiLockOptions(NamedLocksOptions, total=False):
     """
 
     field: str
+
+
+def _inherits(cls: type, base: type) -> None:
+    """Add ``base``'s options, with their text and defaults, to ``cls``'s docstring.
+
+    A typed dict's docstring tells only the options it declares itself; ``help()`` and the
+    API reference then show every option the class takes, inherited ones included.
+    """
+    own = inspect.cleandoc(cls.__doc__ or "")
+    _, _, entries = inspect.cleandoc(base.__doc__ or "").partition("\n\n")
+    cls.__doc__ = f"{own}\n\nFrom :class:`{base.__name__}`:\n\n{entries}"
+
+
+for _cls, _base in (
+    (NewLockOptions, CallOptions),
+    (WaitOptions, NewLockOptions),
+    (AcquireOptions, WaitOptions),
+    (HoldOptions, WaitOptions),
+    (BreakOptions, PreviewOptions),
+    (WriteLockOptions, ManagerOptions),
+    (NamedLocksOptions, ManagerOptions),
+    (MultiLockOptions, NamedLocksOptions),
+):
+    _inherits(_cls, _base)
 
 
 def take_keywords(given: Mapping[str, Any], accepted: type, where: str) -> None:

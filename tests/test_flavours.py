@@ -41,7 +41,7 @@ TWINS: list[tuple[type, type]] = [
 
 
 #: The only public methods that send no command: the same plain function in both flavours.
-SENDS_NOTHING = frozenset({"guard", "hold", "hold_all", "require"})
+SENDS_NOTHING = frozenset({"guard", "hold", "hold_all", "holding", "require"})
 
 
 def public(cls: type) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from docmultilock._flavour import async_decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._lockset import (
+    at_each,
     canonical,
     key_sequence,
     plan_set,
@@ -218,9 +219,10 @@ class AsyncHolds:
             raise InvalidArgument(
                 f"locks must be a sequence of one Lock per key ({len(keys)}), in the keys' order"
             )
-        calls = [
-            self._ops.holding(key, lock, granted=False, timeout=timeout, w=w)
-            for key, lock in zip(keys, locks, strict=True)
-        ]
+        given = iter(locks)
+        calls = at_each(
+            keys,
+            lambda key: self._ops.holding(key, next(given), granted=False, timeout=timeout, w=w),
+        )
         _, order = canonical(calls, self._ops.codec_options)
         await self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))

@@ -17,6 +17,7 @@ from docmultilock._async.converting import AsyncConverting
 from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
 from docmultilock._async.holds import AsyncHolds
 from docmultilock._command import DOCUMENTS
+from docmultilock._flavour import own_methods
 from docmultilock._flows import SYSTEM_CLOCK, Clock
 from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
@@ -138,6 +139,11 @@ class AsyncLockManager(AsyncConverting, AsyncHolds):
 
 class _AsyncDocumentLocks(AsyncLockManager):
     """The acquire, release, extend and guard of the managers that lock the user's own documents."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Python's argument errors then name the user's class, not this private one.
+        own_methods(cls, ("acquire", "release", "extend", "guard"))
 
     def __init__(
         self, collection: AsyncCollection[Any], options: Mapping[str, Any], kind: ManagerKind

@@ -16,6 +16,7 @@ from pymongo.collection import Collection
 
 from docmultilock._args import check_flavour
 from docmultilock._command import DOCUMENTS
+from docmultilock._flavour import own_methods
 from docmultilock._flows import SYSTEM_CLOCK, Clock
 from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
@@ -136,6 +137,11 @@ class LockManager(Converting, Holds):
 
 class _DocumentLocks(LockManager):
     """The acquire, release, extend and guard of the managers that lock the user's own documents."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Python's argument errors then name the user's class, not this private one.
+        own_methods(cls, ("acquire", "release", "extend", "guard"))
 
     def __init__(
         self, collection: Collection[Any], options: Mapping[str, Any], kind: ManagerKind
