@@ -94,7 +94,7 @@ class AcquirePlan(NamedTuple):
         if capped(judge.rules, self.tag):
             raise TooManyHolders(
                 f"cannot lock {self.tag!r} on {judge.home.noun} {state.document_id!r}: it already "
-                f"has {judge.max_holders} holders and pending locks, the most it takes",
+                f"has {judge.max_holders} holders and pending locks, the most max_holders allows",
                 filter=self.user_filter,
                 limit=judge.max_holders,
                 document_id=state.document_id,
@@ -225,7 +225,7 @@ class ConvertPlan(NamedTuple):
         raise TooManyHolders(
             f"cannot convert lock {given.id} to {self.tag!r} on {judge.home.noun} "
             f"{found.document_id!r}: it already has {judge.max_holders} holders and pending "
-            "locks, the most it takes",
+            "locks, the most max_holders allows",
             filter=self.user_filter,
             limit=judge.max_holders,
         )

@@ -67,6 +67,13 @@ class _RelationshipSchema(marshmallow.Schema):
     assertive = fields.List(_tag_field(), load_default=list)
 
 
+#: A count (a limit, ``max_holders``): a whole number from 1 to ``MAX_HOLDERS_LIMIT``.
+_WHOLE = validate.Range(
+    min=1, max=MAX_HOLDERS_LIMIT, error="must be a whole number from {min} to {max}, not {input}"
+)
+_INTEGER = {"invalid": "must be a whole number (an int), not {input!r}"}
+
+
 class _OptionsSchema(marshmallow.Schema):
     class Meta:
         unknown = marshmallow.RAISE
@@ -83,7 +90,7 @@ class _OptionsSchema(marshmallow.Schema):
     # refuses a bool, which Python would otherwise take for 1 or 0.
     lock_limits = fields.Dict(
         keys=_tag_field(),
-        values=fields.Integer(strict=True, validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT)),
+        values=fields.Integer(strict=True, validate=_WHOLE, error_messages=_INTEGER),
         load_default=dict,
     )
     lock_timeout = _Parsed(lambda v: parse_lifetime_ms(v, "lock_timeout"), required=True)
@@ -92,9 +99,7 @@ class _OptionsSchema(marshmallow.Schema):
     field = _Parsed(parse_field_name, required=True)
     error_factory = fields.Raw(allow_none=True, load_default=None)
     max_holders = fields.Integer(
-        strict=True,
-        load_default=DEFAULT_MAX_HOLDERS,
-        validate=validate.Range(min=1, max=MAX_HOLDERS_LIMIT),
+        strict=True, load_default=DEFAULT_MAX_HOLDERS, validate=_WHOLE, error_messages=_INTEGER
     )
 
     listener = fields.Raw(allow_none=True, load_default=None)
@@ -129,17 +134,61 @@ class _OptionsSchema(marshmallow.Schema):
         errors: dict[str, list[str]] = {}
         if problems:
             errors["lock_relationships"] = problems
-        # A limit only for a declared tag: a misspelt one would otherwise limit nothing.
         raw_limits = original.get("lock_limits")
         limited = raw_limits if isinstance(raw_limits, Mapping) else {}
-        undeclared = [
-            f"limits undeclared tag {tag!r}"
-            for tag in sorted(t for t in limited if isinstance(t, str) and t not in tags)
-        ]
-        if undeclared:
-            errors["lock_limits"] = undeclared
+        wrong = _limit_problems(limited, tags, relationships, data.get("max_holders"))
+        if wrong:
+            errors["lock_limits"] = wrong
         if errors:
             raise marshmallow.ValidationError(errors)
+
+
+def _limit_problems(
+    limits: Mapping[Any, Any],
+    tags: set[str],
+    relationships: Mapping[str, Mapping[str, Sequence[str]]],
+    max_holders: object,
+) -> list[str]:
+    """What is wrong with ``lock_limits`` as a whole: a limit that could never refuse.
+
+    A limit only for a declared tag (a misspelt one would limit nothing), not on a tag
+    cooperative with itself (one granted lock of it already refuses the next), and no
+    higher than ``max_holders`` (the cap would always refuse first).
+    """
+    problems: list[str] = []
+    declared = ", ".join(repr(tag) for tag in sorted(tags))
+    for tag, limit in sorted((t, v) for t, v in limits.items() if isinstance(t, str)):
+        if tag not in tags:
+            problems.append(f"{tag!r} is not a declared tag (declared: {declared})")
+        elif tag in relationships.get(tag, {}).get("cooperative", ()):
+            problems.append(
+                f"{tag!r} is cooperative with itself: one granted {tag!r} lock already "
+                "refuses the next, so a limit on it means nothing"
+            )
+        elif isinstance(max_holders, int) and isinstance(limit, int) and limit > max_holders:
+            problems.append(
+                f"the limit of {tag!r} ({limit}) can never be reached: max_holders allows "
+                f"{max_holders} entries at once"
+            )
+    return problems
+
+
+def _sentences(messages: object, where: str = "") -> list[str]:
+    """The nested messages of marshmallow as plain sentences, each naming its key, if any."""
+    if isinstance(messages, Mapping):
+        found: list[str] = []
+        for key, value in messages.items():
+            if key in ("_schema", "value"):  # the whole option, or a dict's value
+                found.extend(_sentences(value, where))
+            elif key == "key":  # a dict's key
+                found.extend(_sentences(value, f"{where}the key: "))
+            else:
+                found.extend(_sentences(value, f"{where}{key!r}: "))
+        return found
+    if isinstance(messages, (list, tuple)):
+        return [sentence for item in messages for sentence in _sentences(item, where)]
+    text = str(messages)
+    return [where + text[:1].lower() + text[1:].rstrip(".")]
 
 
 def load_options(
@@ -159,7 +208,8 @@ def load_options(
         data = _OptionsSchema().load(raw)
     except marshmallow.ValidationError as exc:
         messages = exc.messages
-        problems = messages if isinstance(messages, Mapping) else {"options": messages}
+        nested = messages if isinstance(messages, Mapping) else {"options": messages}
+        problems = {str(option): _sentences(told) for option, told in nested.items()}
         raise InvalidConfiguration(problems) from None
     return LockOptions(
         rules=build_rules(

@@ -392,7 +392,10 @@ class InvalidConfiguration(InvalidArgument):
 
     @staticmethod
     def _format(problems: Mapping[str, Any]) -> str:
-        lines = [f"{key}: {value}" for key, value in sorted(problems.items())]
+        lines = [
+            f"{key}: {'; '.join(map(str, value)) if isinstance(value, list) else value}"
+            for key, value in sorted(problems.items())
+        ]
         return "invalid configuration: " + "; ".join(lines)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -230,7 +230,7 @@ def test_every_problem_with_the_limits_is_named_at_once(make: Callable[..., Keye
     assert set(caught.value.problems) == {"lock_limits", "lock_timeout"}
     text = str(caught.value)
     assert "'exprt'" in text
-    assert "greater than or equal to 1" in text
+    assert "must be a whole number from 1 to 100000, not 0" in text
 
 
 def test_the_limits_are_kept_in_the_options(limited: Keyed) -> None:

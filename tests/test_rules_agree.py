@@ -63,7 +63,13 @@ def cases(draw: st.DrawFn) -> Case:
     table = draw(tables())
     tags = sorted(table)
     holders = draw(st.lists(st.tuples(st.sampled_from(tags), st.booleans()), max_size=4))
-    limits = draw(st.dictionaries(st.sampled_from(tags), st.integers(1, 2), max_size=2))
+    # A limit on a tag cooperative with itself means nothing, and is refused.
+    limitable = [t for t in tags if t not in table[t].get("cooperative", ())]
+    limits = (
+        draw(st.dictionaries(st.sampled_from(limitable), st.integers(1, 2), max_size=2))
+        if limitable
+        else {}
+    )
     max_holders = draw(st.sampled_from([1000, 2, 3]))
     return Case(table, holders, draw(st.sampled_from(tags)), limits, max_holders)
 

@@ -43,9 +43,9 @@ class AsyncNamedLocks(AsyncLockManager):
     on one name (pending ones do not count); the server refuses the 4th with
     :class:`~docmultilock.TooManyHolders` (``err.tag``, ``err.limit``) in the same command,
     and ``hold(wait=...)`` waits for a slot, woken by a release. Each limit is a positive
-    int, for a declared tag. A ``listener`` (:class:`~docmultilock.LockListener`) is told
-    of every decision. Every option, with its default:
-    :class:`~docmultilock.options.NamedLocksOptions`.
+    int up to ``max_holders``, for a declared tag not cooperative with itself. A
+    ``listener`` (:class:`~docmultilock.LockListener`) is told of every decision. Every
+    option, with its default: :class:`~docmultilock.options.NamedLocksOptions`.
 
     :raises InvalidConfiguration: naming every problem with the options.
     """
