@@ -10,6 +10,7 @@ from pymongo import MongoClient
 from docmultilock import (
     AssertiveLock,
     CooperativeLock,
+    HeldLock,
     HolderSnapshot,
     Lock,
     LockError,
@@ -153,3 +154,26 @@ def typed_options(orders: Any) -> None:
     options: HoldOptions = {"tag": "write", "wait": 5.0, "keepalive": True}
     with locks.hold({"_id": 1}, **options), locks.hold_all([{"_id": 2}], **options):
         pass
+
+
+def waiting_and_decorating(orders: Any, client: MongoClient[Any]) -> None:
+    """``acquire(wait=...)`` and the ``holding()`` decorator keep the function's types."""
+    locks = MultiLock(orders)
+    jobs = NamedLocks(client.app)
+    lock: Lock = locks.acquire({"_id": 1}, tag="write", wait=5.0, backoff=(0.01, 0.5))
+    taken: list[Lock] = locks.acquire_all([{"_id": 1}], tag="read", wait=1.0, fair=True)
+    locks.acquire({"_id": 1}, keepalive=True)  # type: ignore[call-arg]
+    print(lock, taken)
+
+    @jobs.holding("nightly-report", wait=60.0, keepalive=True)
+    def report(day: str) -> int:
+        return len(day)
+
+    @locks.holding(lambda order_id: {"_id": order_id}, tag="write", pass_held=True)
+    def pay(held: HeldLock, order_id: int) -> str:
+        return held.lock.id
+
+    count: int = report("monday")
+    paid: str = pay(42)
+    report(3)  # type: ignore[arg-type]
+    print(count, paid)
