@@ -1,8 +1,9 @@
 """A wait that ran out, and a pending upgrade inside ``hold()``, give no stale advice.
 
 By the time a wait gives up, its pending entry is gone (or reported left behind): the
-timeout states what was in the way, never the refusal's "call again to keep waiting". Inside a ``hold()`` block,
-a pending upgrade advises ``held.convert``, not the manager's ``convert``.
+timeout states what was in the way, never the refusal's "call again to keep waiting".
+Inside a ``hold()`` block, a pending upgrade advises ``held.convert``, not the manager's
+``convert``.
 """
 
 from __future__ import annotations
