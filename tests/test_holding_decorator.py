@@ -16,6 +16,11 @@ from tests.flavours import Portal
 from tests.subjects import Subject
 
 
+def raw(subject: Subject) -> Any:
+    """The subject's manager itself (the async one behind its test view)."""
+    return getattr(subject.locks, "wrapped", subject.locks)
+
+
 def decorated(
     subject: Subject,
     flavour: str,
@@ -25,7 +30,7 @@ def decorated(
     **options: Any,
 ) -> Callable[..., Any]:
     """``body`` decorated by the subject's manager in its flavour, callable from the test."""
-    manager = getattr(subject.locks, "wrapped", subject.locks)
+    manager = raw(subject)
     if flavour == "sync":
         return manager.holding(key, tag=subject.tag, **options)(body)  # type: ignore[no-any-return]
 
@@ -87,7 +92,7 @@ def test_pass_held_gives_the_function_the_held_lock_first(
 
 
 def test_the_decorated_function_keeps_its_name_and_docstring(subject: Subject) -> None:
-    manager = getattr(subject.locks, "wrapped", subject.locks)
+    manager = raw(subject)
 
     async def report() -> None:
         """Make the report."""
@@ -100,12 +105,21 @@ def test_the_decorated_function_keeps_its_name_and_docstring(subject: Subject) -
     assert (wrapped.__name__, wrapped.__doc__) == (function.__name__, "Make the report.")
 
 
-def test_a_bad_option_or_key_is_refused_at_decoration(subject: Subject) -> None:
-    manager: Any = getattr(subject.locks, "wrapped", subject.locks)
+def test_a_bad_option_is_refused_by_name_at_decoration(subject: Subject) -> None:
+    manager: Any = raw(subject)
     with pytest.raises(InvalidArgument, match=r"\bwait\b"):
         manager.holding(subject.key, tag=subject.tag, wait="soon")
+    assert subject.stored() is None
+
+
+def test_a_keyword_hold_does_not_take_is_a_type_error_naming_holding(subject: Subject) -> None:
+    manager: Any = raw(subject)
     with pytest.raises(TypeError, match=r"holding\(\) got an unexpected keyword argument 'wiat'"):
         manager.holding(subject.key, tag=subject.tag, wiat=5.0)
+
+
+def test_a_bad_key_is_refused_at_decoration(subject: Subject) -> None:
+    manager: Any = raw(subject)
     with pytest.raises(InvalidArgument):
         manager.holding(3.5j, tag=subject.tag)
     assert subject.stored() is None
@@ -114,7 +128,7 @@ def test_a_bad_option_or_key_is_refused_at_decoration(subject: Subject) -> None:
 def test_a_function_of_the_other_flavour_is_refused_naming_the_manager_to_use(
     subject: Subject,
 ) -> None:
-    manager = getattr(subject.locks, "wrapped", subject.locks)
+    manager = raw(subject)
     name = type(manager).__name__
     if name.startswith("Async"):
 
