@@ -16,9 +16,9 @@ from typing import Any, NoReturn
 from docmultilock._command import Filter, Home, Verdicts
 from docmultilock._layout import LAYOUT
 from docmultilock._lock import Lock, as_utc
-from docmultilock._wording import loss_message
 from docmultilock._reply import DOCUMENT_ID, Reply, ReplyShape
 from docmultilock._rules import TagRules
+from docmultilock._wording import loss_message
 from docmultilock.errors import (
     AssertiveLock,
     IncompatibleLockField,
