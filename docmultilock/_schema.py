@@ -209,7 +209,7 @@ def load_options(
     except marshmallow.ValidationError as exc:
         messages = exc.messages
         nested = messages if isinstance(messages, Mapping) else {"options": messages}
-        problems = {str(option): _sentences(told) for option, told in nested.items()}
+        problems = {str(option): "; ".join(_sentences(told)) for option, told in nested.items()}
         raise InvalidConfiguration(problems) from None
     return LockOptions(
         rules=build_rules(

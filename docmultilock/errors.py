@@ -392,10 +392,7 @@ class InvalidConfiguration(InvalidArgument):
 
     @staticmethod
     def _format(problems: Mapping[str, Any]) -> str:
-        lines = [
-            f"{key}: {'; '.join(map(str, value)) if isinstance(value, list) else value}"
-            for key, value in sorted(problems.items())
-        ]
+        lines = [f"{key}: {value}" for key, value in sorted(problems.items())]
         return "invalid configuration: " + "; ".join(lines)
 
     def __reduce__(self) -> tuple[Any, ...]:

