@@ -21,6 +21,8 @@ from docmultilock import (
     Lock,
     LockConflict,
     LockError,
+    LockEvent,
+    LockListener,
     LockNotFound,
     LockTimeout,
     MultiLock,
@@ -230,6 +232,95 @@ def test_on_lost_is_called_once_per_lost_lock(subject: Subject) -> None:
             on_lost=lambda lock, error: lost.append(lock),
         )
     assert [lock.document_id for lock in lost] == [subject.state(b)["_id"]]
+
+
+#: Kept-alive sets below: locks of 1.5 s, renewed every half second.
+LIFETIME = 1.5
+
+
+def break_one(subject: Subject, held: Any, key_list: list[Any], key: Any) -> None:
+    """What an operator does to one lock of the set: break it by its id."""
+    subject.locks.break_lock(key, lock_id=held.locks[key_list.index(key)].id)
+
+
+def held_on_server(subject: Subject, held: Any, key: Any) -> bool:
+    """True while the set's lock on ``key`` is granted and unexpired (by the server's clock)."""
+    return subject.collection.count_documents(held.guard(key)) == 1
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """True once ``condition`` holds; False after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_set_keeps_its_other_locks_alive_after_one_is_lost(subject: Subject) -> None:
+    key_list = keys(subject, 1, 2, 3)
+    a, b, c = key_list
+    lost: list[Lock] = []
+
+    def body(held: Any) -> None:
+        break_one(subject, held, key_list, b)
+        assert held.lost.wait(10)
+        time.sleep(3 * LIFETIME)  # past the lifetime of the last renewal before the loss
+        assert held_on_server(subject, held, a)
+        assert held_on_server(subject, held, c)
+        assert [isinstance(err, LockNotFound) for err in held.errors] == [True]
+        assert [lock.document_id for lock in lost] == [subject.state(b)["_id"]]
+
+    with pytest.raises(LockNotFound):
+        inside(
+            subject,
+            key_list,
+            body,
+            keepalive=True,
+            lock_timeout=LIFETIME,
+            on_lost=lambda lock, error: lost.append(lock),
+        )
+
+
+class Losses(LockListener):
+    """The documents of the locks a listener was told are lost."""
+
+    def __init__(self) -> None:
+        self.of: set[Any] = set()
+
+    def on_lost(self, event: LockEvent) -> None:
+        assert event.lock is not None
+        self.of.add(event.lock.document_id)
+
+
+def test_each_lost_lock_of_a_set_is_told_when_it_is_lost(subject: Subject) -> None:
+    key_list = keys(subject, 1, 2, 3)
+    a, b, c = key_list
+    lost: list[Any] = []
+    told = Losses()
+
+    def body(held: Any) -> None:
+        break_one(subject, held, key_list, c)
+        assert wait_for(lambda: len(lost) == 1)
+        time.sleep(2 * LIFETIME)  # the others are renewed meanwhile
+        break_one(subject, held, key_list, b)
+        assert wait_for(lambda: len(lost) == 2), "the second loss was not told in the block"
+        assert lost == [subject.state(c)["_id"], subject.state(b)["_id"]]
+        assert told.of == set(lost)
+        assert [err.filter for err in held.errors] == [subject.state(b), subject.state(c)]
+        assert held_on_server(subject, held, a)
+
+    hold = subject.manager(listener=told).hold_all(
+        key_list,
+        tag=subject.tag,
+        keepalive=True,
+        lock_timeout=LIFETIME,
+        on_lost=lambda lock, error: lost.append(lock.document_id),
+    )
+    with pytest.raises(LockNotFound), hold as held:
+        body(held)
+    assert len(lost) == 2  # the exit tells nobody again
 
 
 @pytest.mark.parametrize(

@@ -54,14 +54,16 @@ class AsyncHeldLock:
         runner: AsyncRunner,
         holding: Holding,
         *,
-        lost: asyncio.Event | None = None,
+        in_set: asyncio.Event | None = None,
     ) -> None:
         self._ops = ops
         self._run = runner
         self._holding = holding
         spec = holding.spec
-        # A lock of a set shares the set's event: it tells that any lock of the set is lost.
-        self.lost = asyncio.Event() if lost is None else lost
+        # Each lock's own: a lock of a set goes on being renewed when another of the set is
+        # lost. ``in_set`` is the set's event, set too: it tells that any lock of it is lost.
+        self.lost = asyncio.Event()
+        self._in_set = in_set
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
         # Renewed in batches with the other holds of its manager (one runner per manager)
         # under the same write concern, one lock per document in each batch.
@@ -75,7 +77,7 @@ class AsyncHeldLock:
         )
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost.is_set() else "held"
+        state = "lost" if self._holding.error is not None else "held"
         lock = self.lock
         return (
             f"<{type(self).__name__} {lock.tag!r} {lock.id} on {self._holding.spec.key!r}: {state}>"
@@ -167,7 +169,7 @@ class AsyncHeldLock:
             holding.renewed(lock, sent)
             return lock
         finally:
-            if not self.lost.is_set():
+            if self._holding.error is None:
                 self._keep_alive()
 
     def _keep_alive(self) -> None:
@@ -181,6 +183,8 @@ class AsyncHeldLock:
             return
         lock = self.lock
         self.lost.set()
+        if self._in_set is not None:
+            self._in_set.set()
         log.warning("lock %s (%r) on %r lost: %s", lock.id, lock.tag, self._holding.spec.key, error)
         on_lost = self._holding.spec.on_lost
         if on_lost is not None:
@@ -201,7 +205,7 @@ class AsyncHeldLock:
             error.__cause__ = exc
         if error is not None:
             self._lose(error)
-        if self.lost.is_set():
+        if self._holding.error is not None:
             return None
         return self._holding.expires
 
@@ -252,7 +256,7 @@ async def _renew_together(
         if isinstance(result, LockError):
             held._lose(result)
             result = None
-        told.append(None if held.lost.is_set() else result)
+        told.append(None if held.error is not None else result)
     return told, read
 
 
@@ -309,7 +313,8 @@ async def _hold(ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> Asy
 class AsyncHeldLocks:
     """The locks of a set held for the span of an ``async with manager.hold_all(...)`` block.
 
-    :ivar lost: an event set once any lock of the set is known or feared lost.
+    :ivar lost: an event set once any lock of the set is known or feared lost; the others go
+        on being kept alive, and each member's own ``lost`` tells which.
     :ivar members: each lock's :class:`AsyncHeldLock`, in the caller's order of keys.
     """
 
@@ -391,7 +396,7 @@ async def _hold_all(ops: LockOperations, runner: AsyncRunner, locks: LockSet) ->
     """Take every lock of ``locks`` and keep each alive."""
     taken = await runner(take_all_flow(ops, locks, runner.clock))
     lost = asyncio.Event()
-    members = [AsyncHeldLock(ops, runner, holding, lost=lost) for holding in taken]
+    members = [AsyncHeldLock(ops, runner, holding, in_set=lost) for holding in taken]
     held = AsyncHeldLocks(ops, locks, locks.in_callers_order(members), lost)
     for member in members:
         member._keep_alive()

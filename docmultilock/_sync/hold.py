@@ -56,14 +56,16 @@ class HeldLock:
         runner: Runner,
         holding: Holding,
         *,
-        lost: threading.Event | None = None,
+        in_set: threading.Event | None = None,
     ) -> None:
         self._ops = ops
         self._run = runner
         self._holding = holding
         spec = holding.spec
-        # A lock of a set shares the set's event: it tells that any lock of the set is lost.
-        self.lost = threading.Event() if lost is None else lost
+        # Each lock's own: a lock of a set goes on being renewed when another of the set is
+        # lost. ``in_set`` is the set's event, set too: it tells that any lock of it is lost.
+        self.lost = threading.Event()
+        self._in_set = in_set
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
         # Renewed in batches with the other holds of its manager (one runner per manager)
         # under the same write concern, one lock per document in each batch.
@@ -77,7 +79,7 @@ class HeldLock:
         )
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost.is_set() else "held"
+        state = "lost" if self._holding.error is not None else "held"
         lock = self.lock
         return (
             f"<{type(self).__name__} {lock.tag!r} {lock.id} on {self._holding.spec.key!r}: {state}>"
@@ -169,7 +171,7 @@ class HeldLock:
             holding.renewed(lock, sent)
             return lock
         finally:
-            if not self.lost.is_set():
+            if self._holding.error is None:
                 self._keep_alive()
 
     def _keep_alive(self) -> None:
@@ -183,6 +185,8 @@ class HeldLock:
             return
         lock = self.lock
         self.lost.set()
+        if self._in_set is not None:
+            self._in_set.set()
         log.warning("lock %s (%r) on %r lost: %s", lock.id, lock.tag, self._holding.spec.key, error)
         on_lost = self._holding.spec.on_lost
         if on_lost is not None:
@@ -203,7 +207,7 @@ class HeldLock:
             error.__cause__ = exc
         if error is not None:
             self._lose(error)
-        if self.lost.is_set():
+        if self._holding.error is not None:
             return None
         return self._holding.expires
 
@@ -252,7 +256,7 @@ def _renew_together(helds: Sequence[HeldLock], limit: float) -> tuple[list[Outco
         if isinstance(result, LockError):
             held._lose(result)
             result = None
-        told.append(None if held.lost.is_set() else result)
+        told.append(None if held.error is not None else result)
     return told, read
 
 
@@ -309,7 +313,8 @@ def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
 class HeldLocks:
     """The locks of a set held for the span of a ``with manager.hold_all(...)`` block.
 
-    :ivar lost: an event set once any lock of the set is known or feared lost.
+    :ivar lost: an event set once any lock of the set is known or feared lost; the others go
+        on being kept alive, and each member's own ``lost`` tells which.
     :ivar members: each lock's :class:`HeldLock`, in the caller's order of keys.
     """
 
@@ -391,7 +396,7 @@ def _hold_all(ops: LockOperations, runner: Runner, locks: LockSet) -> HeldLocks:
     """Take every lock of ``locks`` and keep each alive."""
     taken = runner(take_all_flow(ops, locks, runner.clock))
     lost = threading.Event()
-    members = [HeldLock(ops, runner, holding, lost=lost) for holding in taken]
+    members = [HeldLock(ops, runner, holding, in_set=lost) for holding in taken]
     held = HeldLocks(ops, locks, locks.in_callers_order(members), lost)
     for member in members:
         member._keep_alive()
