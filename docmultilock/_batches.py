@@ -12,6 +12,11 @@ granted entry of ours the batch names for it. Here, without I/O:
   with one lock per document the counts speak for each lock. A lock whose estimate is
   within ``URGENT`` of its lead is renewed alone, and a batch's time limit ends before any
   of its locks becomes urgent, so a stalled batch leaves time to renew each lock alone.
+* **What a failed batch does next** (:func:`resends`). A first try gives up halfway
+  (``FIRST_TRY``) to the moment its most urgent lock becomes urgent; when it fails or goes
+  unanswered, it is sent again at once, whole, with the rest of that time; when that fails
+  too, its halves are sent at once. Only then, or once urgent, are its locks renewed
+  alone: a server slow enough to stall one command is too slow for hundreds of lone ones.
 * **What the reply means** (:func:`outcomes`). When every document was modified, every lock
   was renewed. When fewer were, a read of the batch's documents (projected to their live,
   granted entries, by the server's clock) tells: a lock still live was renewed (a write
@@ -34,6 +39,7 @@ __all__ = [
     "AGAIN",
     "AGAIN_PAUSE",
     "ALONE",
+    "FIRST_TRY",
     "MAX_BATCH",
     "URGENT",
     "WINDOW",
@@ -42,6 +48,7 @@ __all__ = [
     "Outcome",
     "Renewal",
     "outcomes",
+    "resends",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -56,9 +63,12 @@ WINDOW = 0.5
 #: A lock with less than this fraction of its lead left before its estimate is renewed
 #: alone, never in a batch; a batch's time limit ends there.
 URGENT = 0.5
-#: After a batch that failed or went unanswered, its locks are due again this much later
+#: After a batch whose resends failed too, its locks are due again this much later
 #: (seconds), so that a failing server is not asked again in a tight loop.
 AGAIN_PAUSE = 0.5
+#: A batch's first try gives up at this fraction of the time left before its most urgent
+#: lock becomes urgent: the rest is for sending it again (:func:`resends`).
+FIRST_TRY = 0.5
 
 
 class _Verdict(enum.Enum):
@@ -140,6 +150,21 @@ def outcomes(
         else:
             result.append(None)
     return result
+
+
+def resends(failed: Sequence[K], tries: int) -> list[tuple[K, ...]]:
+    """The batches to send at once after try ``tries`` (0: the first) of ``failed`` failed.
+
+    ``failed`` are the batch's locks still kept, most urgent first. The first try is sent
+    again whole; the second, in halves (one half may be a lock alone); after that, none:
+    the locks wait a pause (:data:`AGAIN_PAUSE`), and are renewed alone once urgent.
+    """
+    if not failed or tries > 1:
+        return []
+    if tries == 0:
+        return [tuple(failed)]
+    middle = (len(failed) + 1) // 2
+    return [part for part in (tuple(failed[:middle]), tuple(failed[middle:])) if part]
 
 
 def _key(document_id: Any) -> Hashable:

@@ -60,6 +60,9 @@ class Stats:
     #: Batches started, and the locks they carried.
     batches: int = 0
     batched: int = 0
+    #: Batches sent again at once after a try that failed or went unanswered (whole, or
+    #: a half); counted in ``batches`` too.
+    resent: int = 0
     #: Reads that followed a batch that renewed fewer documents than it named.
     reads: int = 0
     #: Locks that lost: past their estimate without a renewal, or found lost by an extension.

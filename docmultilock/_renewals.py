@@ -20,8 +20,10 @@ At most ``slots`` commands (a lone extension, or a batch) run at once. Due renew
 for a slot earliest estimate first: a renewal may run later than due as long as it lands
 before the estimate, so under load the most urgent go first and the rest spread over
 their slack. A stalled extension holds one slot until its own lock's estimate, never the
-other locks; a stalled batch holds one until its most urgent lock is due to be renewed
-alone (``_batches.URGENT``), and its locks are then renewed alone.
+other locks. A batch's first try holds one halfway to the time its most urgent lock is
+due to be renewed alone (``_batches.URGENT``); a failed or stalled try is sent again at
+once, whole and then in halves (``_batches.resends``), and what is still not renewed at
+that time is renewed alone.
 
 Times are passed in, never read, so the decisions are tested with scripted times; the
 runners (``_keepalive``) only ask, act, and report back with :meth:`Schedule.finished`.
@@ -40,14 +42,16 @@ from docmultilock._batches import (
     AGAIN,
     AGAIN_PAUSE,
     ALONE,
+    FIRST_TRY,
     MAX_BATCH,
-    URGENT,
     WINDOW,
     Batch,
     Batching,
     Outcome,
+    resends,
 )
 from docmultilock._decisions import MIN_EXTEND_TIMEOUT, Decision, Idle, Lose, Start, Stats, Wait
+from docmultilock._kept import Kept, Resend
 
 __all__ = [
     "MIN_EXTEND_TIMEOUT",
@@ -62,24 +66,6 @@ __all__ = [
 ]
 
 K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(slots=True)
-class _Entry:
-    estimate: float
-    lead: float
-    version: int = 0  # bumped at each renewal: older heap items are stale
-    not_before: float = -math.inf  # after a batch that failed: not due before this
-    alone: bool = False  # renewed alone next time
-
-    @property
-    def due(self) -> float:
-        return max(self.estimate - self.lead, self.not_before)
-
-    @property
-    def urgent(self) -> float:
-        """From this time on the lock is renewed alone, never in a batch."""
-        return self.estimate - self.lead * URGENT
 
 
 def _alone(job: object) -> Batching | None:
@@ -105,11 +91,12 @@ class Schedule(Generic[K]):
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, not {self.slots}")
-        self._entries: dict[K, _Entry] = {}
+        self._entries: dict[K, Kept] = {}
         # In flight, by the token of their command (jobs removed or lost since included).
         self._running: dict[K, int] = {}
         self._flights: dict[int, int] = {}  # token: jobs of that command still in it
         self._busy: dict[int, Hashable] = {}  # token: group, of each batch in flight
+        self._tries: dict[int, int] = {}  # token: which try of its locks, of each batch
         self._urgent: list[_Item[K]] = []  # by urgency, jobs out in a batch
         self._tokens = itertools.count()
         self._waiting: list[_Item[K]] = []  # by due time, not yet due
@@ -125,7 +112,7 @@ class Schedule(Generic[K]):
         """Keep ``job`` alive: its lock surely lives until ``estimate``; renew ``lead`` before."""
         if job in self._entries:
             raise ValueError(f"{job!r} is kept alive already")
-        entry = _Entry(estimate, lead)
+        entry = Kept(estimate, lead)
         self._entries[job] = entry
         self._push(job, entry)
 
@@ -214,8 +201,8 @@ class Schedule(Generic[K]):
         """
         batching = self.batching(job)
         entry = self._entries[job]
-        if batching is None or entry.alone or entry.urgent <= now:
-            return False
+        if batching is None or entry.alone or entry.urgent <= now or entry.resend is not None:
+            return False  # a batch sent again goes at once, beside its group's
         return batching.group in self._busy.values()
 
     def _fly(self, jobs: list[K]) -> int:
@@ -235,7 +222,7 @@ class Schedule(Generic[K]):
                 del self._flights[token]
                 self._busy.pop(token, None)
 
-    def _late(self, entry: _Entry, now: float) -> float:
+    def _late(self, entry: Kept, now: float) -> float:
         late = max(now - entry.due, 0.0)
         self.stats.started += 1
         self.stats.total_late += late
@@ -244,7 +231,7 @@ class Schedule(Generic[K]):
 
     def _start(self, job: K, now: float) -> Start[K]:
         entry = self._entries[job]
-        entry.alone = False
+        entry.alone, entry.resend = False, None
         self._fly([job])
         late = self._late(entry, now)
         return Start(job, max(entry.estimate - now, MIN_EXTEND_TIMEOUT), late)
@@ -255,29 +242,15 @@ class Schedule(Generic[K]):
         batching = self.batching(first)
         if batching is None or entry.alone or entry.urgent <= now:
             return None
-        horizon = now + WINDOW * entry.lead
-        places = {batching.place}
-        taken: list[tuple[float, K]] = []
-        # One pass over the renewals waiting: a batch is rare next to the locks it renews.
-        for _, _, version, job in itertools.chain(self._ready, self._waiting):
-            other = self._entries.get(job)
-            if job is first or other is None or other.version != version or other.alone:
-                continue
-            if other.due > horizon or other.urgent <= now or job in self._running:
-                continue
-            joining = self.batching(job)
-            if joining is None or joining.group != batching.group or joining.place in places:
-                continue
-            places.add(joining.place)
-            taken.append((other.estimate, job))
-        taken.sort(key=lambda item: item[0])
-        jobs = [first] + [job for _, job in taken[: self.batch_size - 1]]
+        resend = entry.resend
+        jobs = self._gather(first, batching, now) if resend is None else self._again(first, now)
         if len(jobs) == 1:
-            return None
+            return None  # alone (``_start`` clears its resend)
         late = 0.0
         for job in jobs:
             member = self._entries[job]
             late = max(late, self._late(member, now))
+            member.resend = None
             # Its waiting items go stale; its deadline (the loss) and urgency stand.
             member.version += 1
             heapq.heappush(
@@ -286,11 +259,53 @@ class Schedule(Generic[K]):
             heapq.heappush(self._urgent, (member.urgent, next(self._ties), member.version, job))
         token = self._fly(jobs)
         self._busy[token] = batching.group
+        tries = 0 if resend is None else resend.tries
+        self._tries[token] = tries
         self.stats.batches += 1
         self.stats.batched += len(jobs)
-        # The batch ends before its most urgent lock must be renewed alone.
+        self.stats.resent += tries > 0
+        # The batch ends before its most urgent lock must be renewed alone; a first try
+        # halfway there, leaving the rest to send it again.
         limit = min(self._entries[job].urgent for job in jobs) - now
+        if not tries:
+            limit *= FIRST_TRY
         return Batch(token, tuple(jobs), max(limit, MIN_EXTEND_TIMEOUT), late)
+
+    def _again(self, first: K, now: float) -> list[K]:
+        """``first`` and the other locks of its part of a failed batch, most urgent first."""
+        resend = self._entries[first].resend
+        taken: list[tuple[float, K]] = []
+        for _, _, version, job in itertools.chain(self._ready, self._waiting):
+            other = self._entries.get(job)
+            if job is first or other is None or other.version != version:
+                continue
+            if other.resend == resend and job not in self._running and other.urgent > now:
+                taken.append((other.estimate, job))
+        taken.sort(key=lambda item: item[0])
+        return [first] + [job for _, job in taken]
+
+    def _gather(self, first: K, batching: Batching, now: float) -> list[K]:
+        """``first`` and the renewals of its group due soon, most urgent first."""
+        entry = self._entries[first]
+        horizon = now + WINDOW * entry.lead
+        places = {batching.place}
+        taken: list[tuple[float, K]] = []
+        # One pass over the renewals waiting: a batch is rare next to the locks it renews.
+        for _, _, version, job in itertools.chain(self._ready, self._waiting):
+            other = self._entries.get(job)
+            if job is first or other is None or other.version != version or other.alone:
+                continue
+            if other.resend is not None:
+                continue  # goes with the others of its failed batch
+            if other.due > horizon or other.urgent <= now or job in self._running:
+                continue
+            joining = self.batching(job)
+            if joining is None or joining.group != batching.group or joining.place in places:
+                continue
+            places.add(joining.place)
+            taken.append((other.estimate, job))
+        taken.sort(key=lambda item: item[0])
+        return [first] + [job for _, job in taken[: self.batch_size - 1]]
 
     def batch_finished(
         self, token: int, results: Mapping[K, Outcome], now: float, *, read: bool = False
@@ -298,9 +313,22 @@ class Schedule(Generic[K]):
         """Batch ``token`` returned at ``now`` with each job's outcome (``_batches``).
 
         A job taken out of the batch since (renewed alone) keeps its own renewal's answer.
-        ``read``: the batch needed a read to tell its outcomes.
+        ``read``: the batch needed a read to tell its outcomes. The locks it told nothing of
+        (:data:`AGAIN`) are sent again at once (``_batches.resends``), or after a pause.
         """
         self.stats.reads += read
+        tries = self._tries.pop(token, 0)
+        failed = [
+            job
+            for job, outcome in results.items()
+            if outcome is AGAIN and self._running.get(job) == token and job in self._entries
+        ]
+        failed.sort(key=lambda job: self._entries[job].estimate)
+        again = {
+            job: Resend(token, part, tries + 1, now)
+            for part, jobs in enumerate(resends(failed, tries))
+            for job in jobs
+        }
         for job, outcome in results.items():
             if self._running.get(job) != token:
                 continue
@@ -310,7 +338,8 @@ class Schedule(Generic[K]):
                 if entry is not None:
                     entry.version += 1
                     entry.alone = outcome is ALONE
-                    if outcome is AGAIN:
+                    entry.resend = again.get(job)
+                    if outcome is AGAIN and entry.resend is None:
                         entry.not_before = now + AGAIN_PAUSE
                     self._push(job, entry)
             else:
@@ -355,7 +384,7 @@ class Schedule(Generic[K]):
         stats, self.stats = self.stats, Stats()
         return stats
 
-    def _push(self, job: K, entry: _Entry) -> None:
+    def _push(self, job: K, entry: Kept) -> None:
         heapq.heappush(self._waiting, (entry.due, next(self._ties), entry.version, job))
         heapq.heappush(self._deadlines, (entry.estimate, next(self._ties), entry.version, job))
 

@@ -18,12 +18,20 @@ import pytest
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
-from docmultilock import HeldLock, IncompatibleLockField, LockEvent, LockListener, LockNotFound
-from docmultilock._batches import AGAIN, ALONE, Batch, Batching, Renewal, outcomes
+from docmultilock import (
+    HeldLock,
+    IncompatibleLockField,
+    LockEvent,
+    LockListener,
+    LockNotFound,
+    WriteLock,
+)
+from docmultilock._batches import AGAIN, ALONE, Batch, Batching, Renewal, outcomes, resends
+from docmultilock._expr import SERVER_NOW
 from docmultilock._keepalive import EXTENDER, AsyncExtender
 from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
-from tests.flavours import Twins
+from tests.flavours import MakeLock, Twins
 from tests.helpers import server_now
 from tests.proxy import ReplyCutter
 from tests.subjects import Build, Subject
@@ -54,7 +62,12 @@ def test_renewals_due_within_the_window_go_in_one_batch() -> None:
     decision = schedule.next(4.0)  # a due; b due at 6 (within 3 s); c due at 8 (not)
     assert isinstance(decision, Batch)
     assert decision.jobs == ("a", "b")
-    assert decision.limit == pytest.approx(3.0)  # until a must be renewed alone (7)
+
+
+def test_a_first_try_gives_up_halfway_to_its_most_urgent_lock_going_alone() -> None:
+    decision = grouped(("a", 10.0, "1"), ("b", 12.0, "2")).next(4.0)
+    assert isinstance(decision, Batch)
+    assert decision.limit == pytest.approx(1.5)  # a is renewed alone from 7
 
 
 def test_one_lock_per_document_in_a_batch() -> None:
@@ -91,15 +104,68 @@ def test_an_urgent_lock_is_renewed_alone() -> None:
     assert isinstance(schedule.next(7.5), Start)  # less than half its lead left
 
 
-def test_a_batch_that_tells_nothing_leaves_the_estimates_and_comes_again_shortly() -> None:
-    schedule = grouped(("a", 10.0, "1"), ("b", 10.0, "2"))
-    batch = schedule.next(4.0)
+def failed(schedule: Schedule[str], batch: object, now: float) -> None:
+    """``batch`` (a :class:`Batch`) told nothing: it failed or went unanswered at ``now``."""
     assert isinstance(batch, Batch)
-    schedule.batch_finished(batch.token, dict.fromkeys(batch.jobs, AGAIN), 4.5)
-    assert schedule.next(4.5) == Wait(5.0)
+    schedule.batch_finished(batch.token, dict.fromkeys(batch.jobs, AGAIN), now)
+
+
+def test_a_failed_batch_is_sent_again_at_once_with_the_rest_of_the_time() -> None:
+    schedule = grouped(("a", 10.0, "1"), ("b", 11.0, "2"))
+    failed(schedule, schedule.next(4.0), 5.5)
+    again = schedule.next(5.5)
+    assert isinstance(again, Batch)
+    assert again.jobs == ("a", "b")
+    assert again.limit == pytest.approx(1.5)  # the old estimates stand: a alone from 7
+    assert schedule.stats.resent == 1
+
+
+def test_a_batch_that_fails_again_is_sent_in_halves_at_once() -> None:
+    schedule = grouped(*((f"j{i}", 10.0 + i / 10, str(i)) for i in range(5)))
+    failed(schedule, schedule.next(4.0), 4.5)
+    failed(schedule, schedule.next(4.5), 5.0)
+    first, second = schedule.next(5.0), schedule.next(5.0)  # side by side, one group
+    assert isinstance(first, Batch)
+    assert isinstance(second, Batch)
+    assert (first.jobs, second.jobs) == (("j0", "j1", "j2"), ("j3", "j4"))
+    assert first.limit == pytest.approx(2.0)
+
+
+def test_a_batch_whose_halves_fail_pauses_then_goes_alone_once_urgent() -> None:
+    schedule = grouped(("a", 10.0, "1"), ("b", 10.0, "2"), ("c", 10.0, "3"), ("d", 10.0, "4"))
+    failed(schedule, schedule.next(4.0), 4.5)
+    failed(schedule, schedule.next(4.5), 5.0)
+    failed(schedule, schedule.next(5.0), 5.5)
+    failed(schedule, schedule.next(5.0), 5.5)
+    assert schedule.next(5.5) == Wait(6.0)  # the pause
+    assert isinstance(schedule.next(6.0), Batch)  # as a first try, not yet urgent
+    assert schedule.stats.resent == 3
+
+
+def test_a_lock_of_a_failed_batch_still_out_at_its_urgency_is_renewed_alone() -> None:
+    schedule = grouped(("a", 10.0, "1"), ("b", 12.0, "2"))
+    failed(schedule, schedule.next(4.0), 5.5)
+    assert isinstance(schedule.next(5.5), Batch)
+    assert schedule.next(6.9) == Wait(7.0)
+    assert schedule.next(7.0) == Start("a", 3.0, 3.0)
+
+
+def test_a_resend_leaves_out_a_lock_removed_meanwhile() -> None:
+    schedule = grouped(("a", 10.0, "1"), ("b", 10.0, "2"), ("c", 10.0, "3"))
+    batch = schedule.next(4.0)
+    schedule.remove("b")
+    failed(schedule, batch, 5.0)
     again = schedule.next(5.0)
     assert isinstance(again, Batch)
-    assert again.limit == pytest.approx(2.0)  # the old estimates stand
+    assert again.jobs == ("a", "c")
+
+
+def test_a_failed_try_is_sent_again_whole_then_in_halves_then_not() -> None:
+    locks = ["a", "b", "c"]
+    assert resends(locks, 0) == [("a", "b", "c")]
+    assert resends(locks, 1) == [("a", "b"), ("c",)]
+    assert resends(locks, 2) == []
+    assert resends([], 0) == []
 
 
 def test_a_renewed_batch_moves_every_estimate() -> None:
@@ -357,6 +423,52 @@ def test_no_lock_expires_unnoticed_while_its_batch_hangs(
         seen = stats()
         assert seen.batches >= 1
         assert seen.commands - seen.batches >= len(helds)  # renewed alone meanwhile
+
+
+#: The edge of a stalled batch: 250 locks of 6 s on one manager, one ``update`` blocked 4 s.
+EDGE_LOCKS, EDGE_LIFETIME, EDGE_BLOCK = 250, 6.0, 4.0
+
+
+def unexpired(collection: Collection[Doc]) -> dict[Any, set[str]]:
+    """Each document's unexpired lock ids, read from the raw documents by the server's clock."""
+    entries = {"$ifNull": ["$lock.holders", []]}
+    live = {"$filter": {"input": entries, "cond": {"$gt": ["$$this.expires", SERVER_NOW]}}}
+    pipeline = [{"$project": {"ids": {"$map": {"input": live, "in": "$$this.id"}}}}]
+    return {found["_id"]: set(found["ids"]) for found in collection.aggregate(pipeline)}
+
+
+@pytest.mark.slow
+def test_one_stalled_batch_costs_no_lock(
+    make_lock: MakeLock,
+    uri: str,
+    collection: Collection[Doc],
+    fail_point: Callable[..., None],
+    stats: Callable[[], Stats],
+) -> None:
+    collection.insert_many([{"_id": i} for i in range(EDGE_LOCKS)])
+    client: MongoClient[Doc] = MongoClient(uri, appName=APP, **CLIENT_OPTIONS)
+    with client, contextlib.ExitStack() as block:
+        locks = make_lock(WriteLock, client[collection.database.name][collection.name])
+        helds = [
+            block.enter_context(locks.hold({"_id": i}, keepalive=True, lock_timeout=EDGE_LIFETIME))
+            for i in range(EDGE_LOCKS)
+        ]
+        time.sleep(EDGE_LIFETIME / 2)  # renewed in batches by now
+        stats()
+        fail_point(
+            commands=("update",), appName=APP, blockConnection=True, blockTimeMS=EDGE_BLOCK * 1000
+        )
+        ids = {held.lock.document_id: held.lock.id for held in helds}
+        ends = time.monotonic() + 2 * EDGE_LIFETIME
+        while time.monotonic() < ends:
+            live = unexpired(collection)
+            expired = [key for key, lock_id in ids.items() if lock_id not in live.get(key, ())]
+            assert not expired, f"{len(expired)} locks expired on the server behind one stall"
+            time.sleep(0.25)
+        assert not any(held.lost.is_set() for held in helds)
+        seen = stats()
+        assert seen.commands == seen.batches, "locks were renewed alone"
+        assert seen.resent >= 1  # the stalled batch was sent again
 
 
 def test_a_release_whose_reply_is_lost_after_batch_renewals_still_releases(
