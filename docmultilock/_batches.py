@@ -13,7 +13,8 @@ granted entry of ours the batch names for it. Here, without I/O:
   within ``URGENT`` of its lead is renewed alone, and a batch's time limit ends before any
   of its locks becomes urgent, so a stalled batch leaves time to renew each lock alone.
 * **What a failed batch does next** (:func:`resends`). A first try gives up halfway
-  (``FIRST_TRY``) to the moment its most urgent lock becomes urgent; when it fails or goes
+  (``FIRST_TRY``) to the moment its most urgent lock becomes urgent, or after a few times
+  what its group's batches took lately if longer (:class:`Pace`); when it fails or goes
   unanswered, it is sent again at once, whole, with the rest of that time; when that fails
   too, its halves are sent at once. Only then, or once urgent, are its locks renewed
   alone: a server slow enough to stall one command is too slow for hundreds of lone ones.
@@ -25,7 +26,8 @@ granted entry of ours the batch names for it. Here, without I/O:
   the single renewal names its error.
 
 Outcomes are a new estimate (renewed), ``None`` (lost), :data:`AGAIN` (nothing known: the
-estimate stands and the lock is due again shortly) or :data:`ALONE` (renew it alone next).
+estimate stands and the lock is sent again, at once or after a pause) or :data:`ALONE`
+(renew it alone next).
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ __all__ = [
     "ALONE",
     "FIRST_TRY",
     "MAX_BATCH",
+    "PACE_MARGIN",
     "URGENT",
     "WINDOW",
     "Batch",
     "Batching",
     "Outcome",
+    "Pace",
     "Renewal",
     "outcomes",
     "resends",
@@ -69,6 +73,12 @@ AGAIN_PAUSE = 0.5
 #: A batch's first try gives up at this fraction of the time left before its most urgent
 #: lock becomes urgent: the rest is for sending it again (:func:`resends`).
 FIRST_TRY = 0.5
+#: ... but it is given at least this many times what its group's batches took lately
+#: (:class:`Pace`): a batch given up on a slow server is still applied there, and sending
+#: it again would only slow the server more.
+PACE_MARGIN = 3.0
+#: What a group's batches took lately fades by this factor at each batch answered.
+PACE_FADE = 0.9
 
 
 class _Verdict(enum.Enum):
@@ -76,7 +86,7 @@ class _Verdict(enum.Enum):
     ALONE = "alone"
 
 
-#: Nothing is known of this lock's renewal: its estimate stands, it is due again shortly.
+#: Nothing is known of this lock's renewal: its estimate stands, it is sent again.
 AGAIN: Final = _Verdict.AGAIN
 #: This lock is renewed alone next time (its document could not be judged in a batch).
 ALONE: Final = _Verdict.ALONE
@@ -109,6 +119,21 @@ class Batch(Generic[K]):
     jobs: tuple[K, ...]
     limit: float
     late: float
+
+
+@dataclass(slots=True)
+class Pace:
+    """How long a group's batches took lately: the longest, fading as others answer."""
+
+    took: float = 0.0
+
+    def answered(self, took: float) -> None:
+        """A batch of the group was answered ``took`` seconds after it was sent."""
+        self.took = max(took, self.took * PACE_FADE)
+
+    def first_try(self, left: float) -> float:
+        """A first try's time limit, ``left`` seconds before its most urgent lock is urgent."""
+        return min(left, max(left * FIRST_TRY, self.took * PACE_MARGIN))
 
 
 @dataclass(frozen=True, slots=True)

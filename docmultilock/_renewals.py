@@ -21,9 +21,9 @@ for a slot earliest estimate first: a renewal may run later than due as long as 
 before the estimate, so under load the most urgent go first and the rest spread over
 their slack. A stalled extension holds one slot until its own lock's estimate, never the
 other locks. A batch's first try holds one halfway to the time its most urgent lock is
-due to be renewed alone (``_batches.URGENT``); a failed or stalled try is sent again at
-once, whole and then in halves (``_batches.resends``), and what is still not renewed at
-that time is renewed alone.
+due to be renewed alone (``_batches.URGENT``; longer on a slow server, ``_batches.Pace``);
+a failed or stalled try is sent again at once, whole and then in halves
+(``_batches.resends``), and what is still not renewed at that time is renewed alone.
 
 Times are passed in, never read, so the decisions are tested with scripted times; the
 runners (``_keepalive``) only ask, act, and report back with :meth:`Schedule.finished`.
@@ -42,12 +42,12 @@ from docmultilock._batches import (
     AGAIN,
     AGAIN_PAUSE,
     ALONE,
-    FIRST_TRY,
     MAX_BATCH,
     WINDOW,
     Batch,
     Batching,
     Outcome,
+    Pace,
     resends,
 )
 from docmultilock._decisions import MIN_EXTEND_TIMEOUT, Decision, Idle, Lose, Start, Stats, Wait
@@ -96,7 +96,8 @@ class Schedule(Generic[K]):
         self._running: dict[K, int] = {}
         self._flights: dict[int, int] = {}  # token: jobs of that command still in it
         self._busy: dict[int, Hashable] = {}  # token: group, of each batch in flight
-        self._tries: dict[int, int] = {}  # token: which try of its locks, of each batch
+        self._out: dict[int, tuple[int, float]] = {}  # token: (which try, when sent), a batch
+        self._paces: dict[Hashable, Pace] = {}  # group: what its batches took lately
         self._urgent: list[_Item[K]] = []  # by urgency, jobs out in a batch
         self._tokens = itertools.count()
         self._waiting: list[_Item[K]] = []  # by due time, not yet due
@@ -260,15 +261,15 @@ class Schedule(Generic[K]):
         token = self._fly(jobs)
         self._busy[token] = batching.group
         tries = 0 if resend is None else resend.tries
-        self._tries[token] = tries
+        self._out[token] = (tries, now)
         self.stats.batches += 1
         self.stats.batched += len(jobs)
         self.stats.resent += tries > 0
         # The batch ends before its most urgent lock must be renewed alone; a first try
-        # halfway there, leaving the rest to send it again.
+        # earlier, leaving the rest to send it again.
         limit = min(self._entries[job].urgent for job in jobs) - now
         if not tries:
-            limit *= FIRST_TRY
+            limit = self._paces.setdefault(batching.group, Pace()).first_try(limit)
         return Batch(token, tuple(jobs), max(limit, MIN_EXTEND_TIMEOUT), late)
 
     def _again(self, first: K, now: float) -> list[K]:
@@ -317,7 +318,11 @@ class Schedule(Generic[K]):
         (:data:`AGAIN`) are sent again at once (``_batches.resends``), or after a pause.
         """
         self.stats.reads += read
-        tries = self._tries.pop(token, 0)
+        tries, sent = self._out.pop(token, (0, now))
+        if any(outcome is not AGAIN for outcome in results.values()):
+            group = self._busy.get(token)  # answered: its time tells the group's pace
+            if group is not None:
+                self._paces.setdefault(group, Pace()).answered(now - sent)
         failed = [
             job
             for job, outcome in results.items()

@@ -104,6 +104,16 @@ def test_an_urgent_lock_is_renewed_alone() -> None:
     assert isinstance(schedule.next(7.5), Start)  # less than half its lead left
 
 
+def test_a_first_try_is_given_a_few_times_what_its_groups_batches_took_lately() -> None:
+    schedule = grouped(("a", 10.0, "1"), ("b", 10.0, "2"), ("c", 20.0, "3"), ("d", 20.0, "4"))
+    batch = schedule.next(4.0)
+    assert isinstance(batch, Batch)
+    schedule.batch_finished(batch.token, {"a": 20.0, "b": 20.0}, 4.8)  # took 0.8 s
+    slow = schedule.next(14.0)  # all four: 3 s to their urgency, half of it is 1.5
+    assert isinstance(slow, Batch)
+    assert slow.limit == pytest.approx(2.4)
+
+
 def failed(schedule: Schedule[str], batch: object, now: float) -> None:
     """``batch`` (a :class:`Batch`) told nothing: it failed or went unanswered at ``now``."""
     assert isinstance(batch, Batch)
