@@ -44,6 +44,7 @@ __all__ = [
     "FIRST_TRY",
     "MAX_BATCH",
     "PACE_MARGIN",
+    "RESEND_MARGIN",
     "URGENT",
     "WINDOW",
     "Batch",
@@ -75,8 +76,11 @@ AGAIN_PAUSE = 0.5
 FIRST_TRY = 0.5
 #: ... but it is given at least this many times what its group's batches took lately
 #: (:class:`Pace`): a batch given up on a slow server is still applied there, and sending
-#: it again would only slow the server more.
+#: it again would only slow the server more;
 PACE_MARGIN = 3.0
+#: ... as long as this many times that is left for sending it again (else the first try
+#: gets all the time there is: no room for two).
+RESEND_MARGIN = 1.5
 #: What a group's batches took lately fades by this factor at each batch answered.
 PACE_FADE = 0.9
 
@@ -132,8 +136,16 @@ class Pace:
         self.took = max(took, self.took * PACE_FADE)
 
     def first_try(self, left: float) -> float:
-        """A first try's time limit, ``left`` seconds before its most urgent lock is urgent."""
-        return min(left, max(left * FIRST_TRY, self.took * PACE_MARGIN))
+        """A first try's time limit, ``left`` seconds before its most urgent lock is urgent.
+
+        Half of ``left``, or more for a slow group: :data:`PACE_MARGIN` times what its
+        batches took, while :data:`RESEND_MARGIN` times that is left for the resend; all of
+        ``left`` when a try needs that much.
+        """
+        needs = self.took * PACE_MARGIN
+        if needs >= left:
+            return left
+        return max(left * FIRST_TRY, min(needs, left - self.took * RESEND_MARGIN))
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ CORE = frozenset({
     "docmultilock._indexes",
     "docmultilock._inspection",
     "docmultilock._judge",
+    "docmultilock._kept",
     "docmultilock._layout",
     "docmultilock._ledger",
     "docmultilock._lock",

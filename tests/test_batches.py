@@ -26,7 +26,16 @@ from docmultilock import (
     LockNotFound,
     WriteLock,
 )
-from docmultilock._batches import AGAIN, ALONE, Batch, Batching, Renewal, outcomes, resends
+from docmultilock._batches import (
+    AGAIN,
+    ALONE,
+    Batch,
+    Batching,
+    Pace,
+    Renewal,
+    outcomes,
+    resends,
+)
 from docmultilock._expr import SERVER_NOW
 from docmultilock._keepalive import EXTENDER, AsyncExtender
 from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
@@ -111,7 +120,22 @@ def test_a_first_try_is_given_a_few_times_what_its_groups_batches_took_lately() 
     schedule.batch_finished(batch.token, {"a": 20.0, "b": 20.0}, 4.8)  # took 0.8 s
     slow = schedule.next(14.0)  # all four: 3 s to their urgency, half of it is 1.5
     assert isinstance(slow, Batch)
-    assert slow.limit == pytest.approx(2.4)
+    assert slow.limit == pytest.approx(1.8)  # 3 x 0.8 s, less 1.5 x 0.8 s for a resend
+
+
+@pytest.mark.parametrize(
+    ("took", "limit"),
+    [
+        pytest.param(0.5, 2.0, id="fast: half"),
+        pytest.param(0.8, 2.4, id="slower: three times what batches took"),
+        pytest.param(1.0, 2.5, id="slower still: room for a resend of 1.5 times that"),
+        pytest.param(1.5, 4.0, id="too slow for two tries: all of it"),
+    ],
+)
+def test_a_first_tries_time_limit_follows_what_batches_took(took: float, limit: float) -> None:
+    pace = Pace()
+    pace.answered(took)
+    assert pace.first_try(4.0) == pytest.approx(limit)
 
 
 def failed(schedule: Schedule[str], batch: object, now: float) -> None:
