@@ -62,10 +62,8 @@ class HeldLock:
         self._run = runner
         self._holding = holding
         spec = holding.spec
-        # Each lock's own: a lock of a set goes on being renewed when another of the set is
-        # lost. ``in_set`` is the set's event, set too: it tells that any lock of it is lost.
-        self.lost = threading.Event()
-        self._in_set = in_set
+        # Its own, so that a set's other locks go on being renewed; ``in_set``, the set's, too.
+        self.lost, self._in_set = threading.Event(), threading.Event() if in_set is None else in_set
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
         # Renewed in batches with the other holds of its manager (one runner per manager)
         # under the same write concern, one lock per document in each batch.
@@ -185,8 +183,7 @@ class HeldLock:
             return
         lock = self.lock
         self.lost.set()
-        if self._in_set is not None:
-            self._in_set.set()
+        self._in_set.set()
         log.warning("lock %s (%r) on %r lost: %s", lock.id, lock.tag, self._holding.spec.key, error)
         on_lost = self._holding.spec.on_lost
         if on_lost is not None:
@@ -313,9 +310,8 @@ def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
 class HeldLocks:
     """The locks of a set held for the span of a ``with manager.hold_all(...)`` block.
 
-    :ivar lost: an event set once any lock of the set is known or feared lost; the others go
-        on being kept alive, and each member's own ``lost`` tells which.
-    :ivar members: each lock's :class:`HeldLock`, in the caller's order of keys.
+    :ivar lost: an event set once any lock of the set is known or feared lost.
+    :ivar members: each lock's :class:`HeldLock` (its own ``lost``), in the caller's order.
     """
 
     def __init__(
