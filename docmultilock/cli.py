@@ -297,13 +297,14 @@ def _run_server(args: argparse.Namespace) -> int:
     from docmultilock.testing import EmbeddedServer
 
     with EmbeddedServer(port=args.port, storage_path=args.storage) as server:
-        print(server.uri, flush=True)
+        # The notes first: whoever reads the URI from stdout has them by then.
         print(
             f"embedded test server on {hosts(server.uri)}; try: docmultilock doctor --uri "
             f"'{server.uri}'; Ctrl-C stops it\nnote: {SLOWDOWN}",
             file=sys.stderr,
             flush=True,
         )
+        print(server.uri, flush=True)
         try:
             server.wait()
         except KeyboardInterrupt:

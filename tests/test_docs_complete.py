@@ -106,3 +106,33 @@ def test_the_readme_says_locks_are_not_re_entrant_and_links_the_page_for_other_l
     assert "Locks are not re-entrant" in README
     assert "`docs/coming-from.md`" in README
     assert "coming-from" in (DOCS / "index.md").read_text()
+
+
+# -- slips ------------------------------------------------------------------------------------
+
+
+def test_the_server_page_does_not_say_docmultilock_never_upserts() -> None:
+    # Named locks upsert on their first acquire.
+    assert "docmultilock never upserts" not in (DOCS / "server.md").read_text()
+
+
+def test_the_mongodb_page_opens_with_what_a_standalone_server_gives() -> None:
+    opening = (DOCS / "howto" / "mongodb.md").read_text().split("\n\n")[1]
+    assert "standalone" in opening
+
+
+def test_contributing_names_no_tool_it_does_not_explain() -> None:
+    assert "duplicates --change" not in (ROOT / "CONTRIBUTING.md").read_text()
+
+
+def test_the_index_says_which_server_the_suite_runs_on() -> None:
+    index = (DOCS / "index.md").read_text()
+    assert "Tested against a real server, the embedded one" in index
+    assert "no MongoDB server can be" in index
+
+
+def test_the_server_page_gives_the_slowdown_the_commands_report() -> None:
+    page = (DOCS / "server.md").read_text()
+    assert "## It slows down as writes accumulate" in page
+    assert "about 5 to 18 times slower after 10,200 writes" in page
+    assert "python tools/server_wear.py" in page
