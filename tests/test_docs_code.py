@@ -3,7 +3,7 @@
 The blocks of one page run in order in one namespace, so a block may use what an earlier
 block on the same page defined. README.md is given nothing: its first block is the setup
 its text announces, and the others run after it as a reader would run them (only
-``DOCMULTILOCK_MONGODB_URI`` names the test server). Each page of docs/ starts with these
+``DOCMULTILOCK_MONGODB_URI`` is given: the test server, naming a fresh database). Each page of docs/ starts with these
 names already given, on a fresh database of its own:
 
 * ``client``: a :class:`pymongo.MongoClient` on the test server (``uri``); ``db``: the page's
@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from pymongo import MongoClient
@@ -49,8 +50,22 @@ from pymongo import MongoClient
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [page for page in sorted((ROOT / "docs").rglob("*.md")) if "_build" not in page.parts]
-#: The database README's setup block names.
-README_DATABASE = "shop"
+
+
+def naming_database(uri: str, name: str) -> str:
+    """``uri`` naming the database ``name``; its credentials still checked where they were.
+
+    A URI's database is also where a user is authenticated, unless ``authSource`` says
+    otherwise: say so, for the database (or ``admin``) it named before.
+    """
+    parts = urlsplit(uri)
+    options = parts.query
+    if "@" in parts.netloc and "authsource=" not in options.lower():
+        source = parts.path.strip("/") or "admin"
+        options = "&".join(filter(None, [options, f"authSource={source}"]))
+    return parts._replace(path=f"/{name}", query=options).geturl()
+
+
 FENCE = re.compile(r"^```(\w*)\s*$")
 NORUN = re.compile(r"^<!--\s*norun(?::\s*(?P<reason>.*?))?\s*-->$")
 
@@ -239,15 +254,17 @@ def test_the_readmes_snippets_run_after_its_setup_block_alone(
     first = python_blocks(README.read_text())[0]
     assert first.norun is None, "README's setup block runs"
     assert "DOCMULTILOCK_MONGODB_URI" in first.code
-    monkeypatch.setenv("DOCMULTILOCK_MONGODB_URI", docmultilock_uri)
-    docmultilock_client.drop_database(README_DATABASE)
+    # The setup block uses the database its URI names: a fresh one, dropped afterwards.
+    name = f"docs_readme_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("DOCMULTILOCK_MONGODB_URI", naming_database(docmultilock_uri, name))
     namespace: dict[str, Any] = {"__name__": "readme"}
     try:
         run_blocks(README, namespace)
+        assert namespace["db"].name == name
     finally:
         if "db" in namespace:  # the setup's own client, which the README leaves open
             namespace["db"].client.close()
-        docmultilock_client.drop_database(README_DATABASE)
+        docmultilock_client.drop_database(name)
     capsys.readouterr()
 
 
