@@ -3,8 +3,8 @@
 The blocks of one page run in order in one namespace, so a block may use what an earlier
 block on the same page defined. README.md is given nothing: its first block is the setup
 its text announces, and the others run after it as a reader would run them (only
-``DOCMULTILOCK_MONGODB_URI`` is given: the test server, naming a fresh database). Each page of docs/ starts with these
-names already given, on a fresh database of its own:
+``DOCMULTILOCK_MONGODB_URI`` is given: the test server, naming a fresh database). Each page
+of docs/ starts with these names already given, on a fresh database of its own:
 
 * ``client``: a :class:`pymongo.MongoClient` on the test server (``uri``); ``db``: the page's
   database;
