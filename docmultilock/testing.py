@@ -98,7 +98,7 @@ def _free_port() -> int:
 def _check_port_free(port: int) -> None:
     """Refuse a port something already listens on: its server would answer for the child.
 
-    Bound as the server binds (``SO_REUSEADDR``, as asyncio does on Unix), so a port left
+    Bound as the server binds (with ``SO_REUSEADDR``), so a port left
     in ``TIME_WAIT`` by an earlier server counts as free.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
