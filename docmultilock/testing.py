@@ -98,8 +98,8 @@ def _free_port() -> int:
 def _check_port_free(port: int) -> None:
     """Refuse a port something already listens on: its server would answer for the child.
 
-    Bound as the server binds (with ``SO_REUSEADDR``), so a port left
-    in ``TIME_WAIT`` by an earlier server counts as free.
+    Bound as the server binds (with ``SO_REUSEADDR``), so a port left in ``TIME_WAIT`` by
+    an earlier server counts as free.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
