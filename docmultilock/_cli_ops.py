@@ -1,7 +1,8 @@
 """The operators' subcommands: ``inspect``, ``break``, ``ensure-indexes`` and ``doctor``.
 
-Registered by :func:`docmultilock.cli.build_parser` through :func:`add_commands`. Each
-connects with the given ``--uri`` (else ``$DOCMULTILOCK_MONGODB_URI``), checks that the
+Registered by :func:`docmultilock.cli.build_parser` through :func:`add_commands`;
+``inspect`` runs in ``_cli_inspect``. Each connects with the given ``--uri`` (else
+``$DOCMULTILOCK_MONGODB_URI``; ``--db`` defaults to the database it names), checks that the
 server answers within ``--timeout``, and reports a failure as one line on stderr with its
 own exit status:
 
@@ -11,13 +12,14 @@ code  meaning
 0     done (``doctor``: no check warned, but for advisory ones)
 1     the command failed (a lock field docmultilock does not own, a database error;
       ``doctor``: a check that is not advisory warned)
-2     usage error (missing or contradictory options, an empty filter, a bad name, a
-      ``--filter`` that ``break`` finds matching more than one document, a malformed
-      ``--lock-id``)
+2     usage error (missing or contradictory options, no ``--db`` and none named in
+      ``--uri``, an empty filter, a bad name, a ``--filter`` that ``break`` finds
+      matching more than one document, a malformed ``--lock-id``)
 3     bad ``--uri``
 4     the server did not answer within ``--timeout`` (at connection, or any command)
 5     ``--filter`` is not a JSON (Extended JSON) object
-6     no document matches ``--filter``; ``break --lock-id``: no entry has that id
+6     no document matches ``--filter``; ``break --lock-id``: no entry has that id;
+      ``inspect --all``: there is no such collection
 7     ``break`` was not confirmed (declined, or no terminal to ask on and no ``--yes``):
       nothing was written
 130   interrupted (Ctrl-C; how ``inspect --watch`` ends)
@@ -29,116 +31,33 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from pymongo.errors import PyMongoError
 
 from docmultilock import _doctor
 from docmultilock._args import document_target
 from docmultilock._cli_args import add_subcommand, seconds
+from docmultilock._cli_inspect import run_inspect
 from docmultilock._cli_session import (
     EXIT,
     NAMED_COLLECTION,
     CliError,
     connect,
+    matching,
+    place_of,
     render_holders,
-    render_snapshot,
     run,
     target,
-    unanswered,
 )
-from docmultilock._command import SIMPLE_COLLATION
-from docmultilock._core import LockCore
-from docmultilock._inspection import ListPlan
 from docmultilock._lock import LOCK_ID_PATTERN
-from docmultilock._rules import READ_WRITE, build_rules
 from docmultilock._snapshot import HolderSnapshot
 from docmultilock._sync.managers import LockManager
 from docmultilock._sync.named import NamedLocks
-from docmultilock.errors import (
-    IncompatibleLockField,
-)
 from docmultilock.testing import URI_VARIABLE
 
 __all__ = ["EXIT", "add_commands", "run"]
 
 # -- the commands ----------------------------------------------------------------------------
-
-
-def _where(locks: LockManager, args: argparse.Namespace) -> str:
-    noun = "name" if args.name is not None else "document"
-    return f"{locks.collection.full_name} {noun}"
-
-
-#: ``inspect`` counts the documents a ``--filter`` matches up to this many.
-COUNT_MOST = 1000
-#: ``inspect --all`` reads the locked documents this many at a time.
-LIST_BATCH = 100
-
-
-def _inspect_all(args: argparse.Namespace) -> int:
-    """``inspect --all``: one read-only aggregation, read a batch at a time."""
-    if not args.collection:
-        raise CliError("--all needs --collection", "usage")
-    if args.watch:
-        raise CliError("--watch follows one --filter or --name, not --all", "usage")
-    with connect(args) as client:
-        collection = client[args.db][args.collection]
-        core = LockCore(args.field, build_rules(READ_WRITE, {}, 1), namespace=collection.full_name)
-        plan = ListPlan.make(core)
-        count = 0
-        try:
-            for reply in collection.aggregate(
-                plan.pipeline, collation=SIMPLE_COLLATION, batchSize=LIST_BATCH
-            ):
-                try:
-                    snapshot = plan.read(reply)
-                except IncompatibleLockField as exc:
-                    print(f"skipped: {exc}", file=sys.stderr)
-                    continue
-                count += 1
-                if args.json:
-                    sys.stdout.write(json.dumps(snapshot.as_json()) + "\n")
-                else:
-                    sys.stdout.write(render_snapshot(snapshot, f"{collection.full_name} document"))
-                sys.stdout.flush()
-        except PyMongoError as exc:
-            status = "unreachable" if unanswered(exc) else "failed"
-            raise CliError(f"cannot list the locked documents: {exc}", status) from exc
-        if not args.json:
-            print(f"{count} locked document{'' if count == 1 else 's'} in {collection.full_name}")
-    return EXIT["ok"]
-
-
-def _inspect(args: argparse.Namespace) -> int:
-    if args.all:
-        return _inspect_all(args)
-    with connect(args) as client:
-        locks, key = target(client, args)
-        if args.name is None:
-            count = _matching(locks, key, COUNT_MOST)
-            if count > 1:
-                # acquire() takes the first match too; say so rather than show it alone.
-                many = f"{count} or more" if count >= COUNT_MOST else str(count)
-                print(
-                    f"--filter matches {many} documents; this is the first, the one a lock "
-                    "on this filter takes (name one by _id to choose)",
-                    file=sys.stderr,
-                )
-        while True:
-            snapshot = locks.inspect(key)
-            if args.json:
-                sys.stdout.write(json.dumps(snapshot.as_json()) + "\n")
-            else:
-                if args.watch and sys.stdout.isatty():
-                    sys.stdout.write("\x1b[H\x1b[2J")  # refresh in place
-                sys.stdout.write(render_snapshot(snapshot, _where(locks, args)))
-            sys.stdout.flush()
-            if not args.watch:
-                return EXIT["ok"]
-            time.sleep(args.watch)
 
 
 def _confirmed(count: int) -> bool:
@@ -154,23 +73,9 @@ def _confirmed(count: int) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _matching(locks: LockManager, key: Any, most: int) -> int:
-    """How many documents ``key`` matches, counted up to ``most``, as a lock command selects.
-
-    Byte for byte (``SIMPLE_COLLATION``), and by ``find``, which takes every filter the
-    lock commands take.
-    """
-    try:
-        found = locks.collection.find(key, {"_id": 1}, collation=SIMPLE_COLLATION).limit(most)
-        return len(list(found))
-    except PyMongoError as exc:
-        status = "unreachable" if unanswered(exc) else "failed"
-        raise CliError(f"cannot count the documents --filter matches: {exc}", status) from exc
-
-
 def _only_match(locks: LockManager, key: Any) -> None:
     """Refuse a ``--filter`` matching several documents: ``break`` acts on one it showed."""
-    if _matching(locks, key, 2) > 1:
+    if matching(locks, key, 2) > 1:
         raise CliError(
             "--filter matches more than one document; name one (by _id) to break it", "usage"
         )
@@ -188,7 +93,7 @@ def _break(args: argparse.Namespace) -> int:
         snapshot, planned = locks.preview_break(
             key, lock_id=args.lock_id, all_expired=args.all_expired, everyone=args.everyone
         )
-        where = f"{_where(locks, args)} {snapshot.document_id!r}"
+        where = f"{place_of(locks, args)} {snapshot.document_id!r}"
         if args.name is None:
             _only_match(locks, key)
             # Break exactly the document shown, whatever else matches by the time it runs.
@@ -263,10 +168,10 @@ def _common(parser: argparse.ArgumentParser, *, db: str | None = None) -> None:
     parser.add_argument("--uri", help=f"MongoDB connection string (default: ${URI_VARIABLE})")
     parser.add_argument(
         "--db",
-        required=db is None,
-        default=db,
-        help="database" + (f" (default {db})" if db else ""),
+        help="database (default: the one --uri names"
+        + (f", else {db})" if db else "; one of the two is needed)"),
     )
+    parser.set_defaults(fallback_db=db)
     parser.add_argument(
         "--timeout",
         type=seconds,
@@ -288,7 +193,8 @@ def _target_options(parser: argparse.ArgumentParser, *, every: bool = False) -> 
         which.add_argument(
             "--all",
             action="store_true",
-            help="every document of --collection whose lock field holds an entry, by _id",
+            help="every document of --collection whose lock field holds an entry, by _id "
+            "(with --watch and --json: one JSON array per refresh)",
         )
     parser.add_argument(
         "--field", default="lock", help="the lock field, with --filter (default lock)"
@@ -337,7 +243,7 @@ def _register(
 
 def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     """Add ``inspect``, ``break``, ``ensure-indexes`` and ``doctor`` to ``commands``."""
-    inspect = _register(commands, "inspect", _inspect)
+    inspect = _register(commands, "inspect", run_inspect)
     _common(inspect)
     _target_options(inspect, every=True)
     inspect.add_argument(

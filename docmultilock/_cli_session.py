@@ -22,6 +22,7 @@ from pymongo import MongoClient
 from pymongo.errors import ConfigurationError, ConnectionFailure, InvalidName, PyMongoError
 
 from docmultilock._cli_args import hosts
+from docmultilock._command import SIMPLE_COLLATION
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.managers import LockManager, MultiLock
 from docmultilock._sync.named import NamedLocks
@@ -38,7 +39,9 @@ __all__ = [
     "NAMED_COLLECTION",
     "CliError",
     "connect",
+    "matching",
     "parse_filter",
+    "place_of",
     "render_holders",
     "render_snapshot",
     "run",
@@ -75,7 +78,11 @@ class CliError(Exception):
 
 @contextlib.contextmanager
 def connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
-    """A client on ``--uri`` that answered a ping within ``--timeout``; closed after."""
+    """A client on ``--uri`` that answered a ping within ``--timeout``; closed after.
+
+    Sets ``args.db`` when ``--db`` is not given: to the database the URI names, else to the
+    command's own default (``doctor``'s), else it is a usage error.
+    """
     uri = args.uri or os.environ.get(URI_VARIABLE)
     if not uri:
         raise CliError(f"give --uri (or set ${URI_VARIABLE})", "usage")
@@ -92,6 +99,7 @@ def connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
     except (ConfigurationError, ValueError, TypeError, OSError) as exc:
         raise CliError(f"bad --uri: {exc}", "bad_uri") from exc
     try:
+        args.db = _database(args, client)
         try:
             client.admin.command("ping")
         except PyMongoError as exc:
@@ -104,12 +112,32 @@ def connect(args: argparse.Namespace) -> Iterator[MongoClient[dict[str, Any]]]:
         client.close()
 
 
+def _database(args: argparse.Namespace, client: MongoClient[dict[str, Any]]) -> str:
+    """``--db``, else the database the URI names, else the command's default."""
+    if args.db:
+        return str(args.db)
+    try:
+        return client.get_default_database().name
+    except ConfigurationError:  # the URI names no database
+        pass
+    if args.fallback_db:
+        return str(args.fallback_db)
+    raise CliError("give --db, or name the database in --uri (mongodb://host/DB)", "usage")
+
+
+#: Added to a ``--filter`` that does not parse: a shell's quoting is the usual cause.
+JSON_HINT = (
+    "keys and strings need double quotes, the whole filter in single quotes for the shell: "
+    "--filter '{\"_id\": 1}'"
+)
+
+
 def parse_filter(text: str) -> dict[str, Any]:
     try:
         parsed = json_util.loads(text)
     # ArithmeticError: a $numberDecimal or $date out of range; RecursionError: deep nesting.
     except (ValueError, TypeError, BSONError, ArithmeticError, RecursionError) as exc:
-        raise CliError(f"--filter is not valid JSON: {exc}", "bad_json") from exc
+        raise CliError(f"--filter is not valid JSON: {exc} ({JSON_HINT})", "bad_json") from exc
     if not isinstance(parsed, dict):
         raise CliError(f"--filter must be a JSON object, not {type(parsed).__name__}", "bad_json")
     return parsed
@@ -129,6 +157,26 @@ def target(
         raise CliError("--filter needs --collection", "usage")
     key = parse_filter(args.filter)
     return MultiLock(database[args.collection], field=args.field, timeout=args.timeout), key
+
+
+def place_of(locks: LockManager, args: argparse.Namespace) -> str:
+    """How output names the target's place: the collection, and document or name."""
+    noun = "name" if args.name is not None else "document"
+    return f"{locks.collection.full_name} {noun}"
+
+
+def matching(locks: LockManager, key: Any, most: int) -> int:
+    """How many documents ``key`` matches, counted up to ``most``, as a lock command selects.
+
+    Byte for byte (``SIMPLE_COLLATION``), and by ``find``, which takes every filter the
+    lock commands take.
+    """
+    try:
+        found = locks.collection.find(key, {"_id": 1}, collation=SIMPLE_COLLATION).limit(most)
+        return len(list(found))
+    except PyMongoError as exc:
+        status = "unreachable" if unanswered(exc) else "failed"
+        raise CliError(f"cannot count the documents --filter matches: {exc}", status) from exc
 
 
 # -- rendering -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pymongo.errors import PyMongoError
 from pymongo.write_concern import WriteConcern
 
 from docmultilock._lock import as_utc
+from docmultilock._server_wear import SLOWDOWN, writes_seen
 from docmultilock._sync.driver import server_hello
 
 __all__ = ["SCRATCH", "Check", "clock_check", "passed", "render", "run_checks", "version_check"]
@@ -86,20 +87,25 @@ def _version(client: Client) -> Check:
         str(info.get("version", "?")),
         info.get("versionArray", [0, 0]),
         embedded=None if embedded is None else str(embedded),
+        writes=None if embedded is None else writes_seen(client),
     )
 
 
-def version_check(version: str, parts: list[int], *, embedded: str | None = None) -> Check:
+def version_check(
+    version: str, parts: list[int], *, embedded: str | None = None, writes: int | None = None
+) -> Check:
     """The version line for a server reporting ``version`` (``versionArray`` ``parts``).
 
-    ``embedded``: the embedded test server's own version, when that is the server.
+    ``embedded``: the embedded test server's own version, when that is the server, and
+    ``writes`` the writes it has seen (it slows down as they accumulate).
     """
     if embedded is not None:
+        seen = "" if writes is None else f"it has seen {writes:,} writes; "
         return Check(
             "version",
             True,
             f"{version}, reported by the embedded test server (SecantusDB {embedded}), "
-            "for development and tests only: run production on MongoDB",
+            f"for development and tests only: run production on MongoDB; {seen}{SLOWDOWN}",
         )
     if tuple(int(part) for part in parts[:2]) >= MIN_VERSION:
         return Check(

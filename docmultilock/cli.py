@@ -27,13 +27,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from typing import Any
 
-from pymongo.errors import PyMongoError
-
 from docmultilock import __version__
 from docmultilock._cli_args import add_subcommand, hosts, seconds
-from docmultilock._demo import DemoSettings, run_demo
-from docmultilock._workers import WorkerError
-from docmultilock.testing import URI_VARIABLE, EmbeddedServer, EmbeddedServerError, mongodb_uri
+
+# Nothing here imports pymongo or the library at module level: ``docmultilock --version``
+# answers from this module alone, and each command imports what it runs.
 
 __all__ = ["build_parser", "main"]
 
@@ -92,6 +90,8 @@ def _seconds_option(parser: argparse.ArgumentParser, flag: str, what: str, defau
 
 
 def _add_server_option(parser: argparse.ArgumentParser) -> None:
+    from docmultilock.testing import URI_VARIABLE
+
     parser.add_argument(
         "--uri",
         help=(
@@ -115,7 +115,8 @@ TEXTS = {
         "run an embedded test server to try the library and the CLI on",
         "Start the embedded MongoDB-compatible test server (needs the 'embedded' extra), "
         "print its URI on stdout, and serve until Ctrl-C. For development and trying the "
-        "commands out, never production.",
+        "commands out, never production. It slows down as writes accumulate (see "
+        "docs/server.md): restart it before measuring anything on it.",
     ),
 }
 
@@ -124,9 +125,15 @@ def _command(
     commands: argparse._SubParsersAction[_Parser],
     name: str,
     handler: Handler,
-    failures: tuple[type[Exception], ...] = (EmbeddedServerError,),
+    failures: tuple[type[Exception], ...] = (),
 ) -> _Parser:
-    """Add the subcommand ``name`` run by ``handler``; its ``failures`` print one line, exit 1."""
+    """Add the subcommand ``name`` run by ``handler``; its ``failures`` print one line, exit 1.
+
+    A server that cannot be started is always among them.
+    """
+    from docmultilock.testing import EmbeddedServerError
+
+    failures = (EmbeddedServerError, *failures)
     parser: _Parser = add_subcommand(
         commands, name, TEXTS[name], handler=handler, failures=failures
     )
@@ -136,6 +143,8 @@ def _command(
 @contextlib.contextmanager
 def _server(uri: str | None) -> Iterator[tuple[str, str]]:
     """Yield the URI to use and how to name it in output (hosts only, no credentials)."""
+    from docmultilock.testing import URI_VARIABLE, mongodb_uri
+
     if uri:
         yield uri, hosts(uri)
         return
@@ -150,6 +159,8 @@ def _server(uri: str | None) -> Iterator[tuple[str, str]]:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from docmultilock._demo import DemoSettings, run_demo
+
     with _server(args.uri) as (uri, where):
         settings = DemoSettings(
             uri=uri,
@@ -252,9 +263,11 @@ def _bench_description() -> str:
 
 
 def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
-    bench = _command(
-        commands, "bench", _run_bench, (EmbeddedServerError, PyMongoError, WorkerError)
-    )
+    from pymongo.errors import PyMongoError
+
+    from docmultilock._workers import WorkerError
+
+    bench = _command(commands, "bench", _run_bench, (PyMongoError, WorkerError))
     bench.describe(_bench_description)
     _add_server_option(bench)
     bench.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -280,14 +293,18 @@ def _add_bench(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 def _run_server(args: argparse.Namespace) -> int:
     """Serve an embedded server until Ctrl-C (or SIGTERM); its URI goes to stdout."""
+    from docmultilock._server_wear import SLOWDOWN
+    from docmultilock.testing import EmbeddedServer
+
     with EmbeddedServer(port=args.port, storage_path=args.storage) as server:
-        print(server.uri, flush=True)
+        # The notes first: whoever reads the URI from stdout has them by then.
         print(
             f"embedded test server on {hosts(server.uri)}; try: docmultilock doctor --uri "
-            f"'{server.uri}'; Ctrl-C stops it",
+            f"'{server.uri}'; Ctrl-C stops it\nnote: {SLOWDOWN}",
             file=sys.stderr,
             flush=True,
         )
+        print(server.uri, flush=True)
         try:
             server.wait()
         except KeyboardInterrupt:
@@ -336,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.exit(main(["demo", "--seconds", "3"]))
     """
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["--version"]:
+        # Answered before the parser is built: building it imports every command's module.
+        print(f"docmultilock {__version__}")
+        return 0
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -95,6 +95,20 @@ def _free_port() -> int:
         return port
 
 
+def _check_port_free(port: int) -> None:
+    """Refuse a port something already listens on: its server would answer for the child.
+
+    Bound as the server binds (with ``SO_REUSEADDR``), so a port left in ``TIME_WAIT`` by
+    an earlier server counts as free.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            raise EmbeddedServerError(f"port {port} is in use") from None
+
+
 class EmbeddedServer:
     """A SecantusDB server in a child process, for tests and demos; a context manager.
 
@@ -182,6 +196,7 @@ class EmbeddedServer:
                 " it: pip install -e '.[embedded]' in a clone of docmultilock, or"
                 ' pip install "$(echo dist/docmultilock-*.whl)[embedded]" for a built wheel'
             )
+        _check_port_free(self.port)
         fd, name = tempfile.mkstemp(prefix="docmultilock-server-", suffix=".log")
         self._log_path = Path(name)
         with os.fdopen(fd, "wb") as log:
@@ -214,7 +229,8 @@ class EmbeddedServer:
                 contextlib.suppress(OSError),
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
             ):
-                if self._answers_hello():
+                # A child that failed to bind exits: the answer then came from another server.
+                if self._answers_hello() and self._process.poll() is None:
                     return
             time.sleep(0.1)
         raise EmbeddedServerError(

@@ -21,7 +21,9 @@ Here the app uses the in-memory broker and ``task_always_eager=True``: ``delay()
 task in the calling thread, so the script needs no broker and no worker. The two "workers"
 are threads. In production, drop both settings and point ``broker`` at yours.
 
-Run it as a script. It uses the MongoDB named by DOCMULTILOCK_MONGODB_URI, or starts an
+Run it as a script. Its last run has its lock broken on purpose: the loss is logged, and
+Celery logs the failed task with a traceback, on stderr; the script says so before. It
+uses the MongoDB named by DOCMULTILOCK_MONGODB_URI, or starts an
 embedded server when that is unset. It needs Celery, which the ``celery`` extra installs;
 from a clone of the repository::
 
@@ -171,6 +173,11 @@ def main() -> None:
             print(f"report after it: step {(db.reports.find_one({'_id': JOB}) or {})['step']}")
 
             # An operator breaks the lock of a run in progress: it stops at its next step.
+            print(
+                "breaking the lock of a run in progress: expect its loss logged, then "
+                "Celery's traceback of the failed task, on stderr",
+                flush=True,
+            )
             worker, results = run_in_thread(steps=5)
             wait_until_held(locks)
             locks.break_lock(JOB, everyone=True)

@@ -22,13 +22,15 @@ the ``flask`` extra installs; from a clone of the repository::
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
+from flask.typing import ResponseReturnValue
 from pymongo import MongoClient
 from pymongo.collection import Collection
-from werkzeug.exceptions import BadRequest
+from werkzeug.exceptions import BadRequest, HTTPException
 
 from docmultilock import WriteLock
 from docmultilock.http import werkzeug_error
@@ -44,6 +46,16 @@ def create_app(orders: Collection[dict[str, Any]], *, wait: float = 2.0) -> Flas
     # One manager for the app's life: its options are checked once, here. A lock lives 10 s
     # unless released: a worker that dies mid-request frees the order when that runs out.
     locks = WriteLock(orders, lock_timeout=10.0, error_factory=werkzeug_error)
+
+    @app.errorhandler(HTTPException)
+    def problem(exc: HTTPException) -> ResponseReturnValue:
+        # The lock errors come with their problem JSON response (werkzeug_error); Flask's
+        # own (this view's 400, a 404 from routing) get one of the same shape.
+        if exc.response is not None:
+            return exc.response
+        body = {"type": "about:blank", "title": exc.name, "status": exc.code}
+        body["detail"] = exc.description
+        return Response(json.dumps(body), status=exc.code, mimetype="application/problem+json")
 
     @app.put(f"/orders/<int(max={MAX_ID}):order_id>")
     def set_status(order_id: int) -> Response:
@@ -73,9 +85,11 @@ def main() -> None:
             browser = create_app(orders, wait=0.5).test_client()
 
             def put(path: str, body: object) -> dict[str, Any]:
-                """Send one PUT; print its status and type; return its JSON."""
+                """Send one PUT; print it, its status and type; return its JSON."""
                 response = browser.put(path, json=body)
-                print(f"PUT {path} -> {response.status_code} {response.mimetype}")
+                print(
+                    f"PUT {path} {json.dumps(body)} -> {response.status_code} {response.mimetype}"
+                )
                 data: dict[str, Any] = response.get_json(silent=True) or {}
                 return data
 

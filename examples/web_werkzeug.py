@@ -60,6 +60,17 @@ def json_response(data: object, status: int = 200) -> Response:
     return Response(json.dumps(data), status=status, mimetype="application/json")
 
 
+def problem_response(exc: HTTPException) -> Response:
+    """werkzeug's own errors (a 400 from a handler, a 404 from routing) as problem JSON.
+
+    The lock errors come with theirs (``werkzeug_error``); these get the same shape, so a
+    client reads every error of the app the same way.
+    """
+    problem = {"type": "about:blank", "title": exc.name, "status": exc.code}
+    problem["detail"] = exc.description
+    return Response(json.dumps(problem), status=exc.code, mimetype="application/problem+json")
+
+
 class OrdersApp:
     """The WSGI application: routes, the two endpoints, and the error answer."""
 
@@ -92,7 +103,10 @@ class OrdersApp:
             endpoint, args = self.urls.bind_to_environ(environ).match()
             response: Response = endpoint(request, **args)
         except HTTPException as exc:
-            # An HTTPException is a WSGI app too; werkzeug_error's answer with their problem.
+            # An HTTPException is a WSGI app too; werkzeug_error's answer with their problem,
+            # werkzeug's own ones (no response of their own) with one of the same shape.
+            if exc.response is None:
+                return problem_response(exc)(environ, start_response)
             return exc(environ, start_response)
         return response(environ, start_response)
 
@@ -163,9 +177,13 @@ def main() -> None:
             browser = Client(OrdersApp(orders))
 
             def show(method: str, path: str, body: object = None) -> dict[str, Any]:
-                """Send one request; print its status and type; return its JSON ({} if none)."""
+                """Send one request; print it, its status and type; return its JSON ({} if none)."""
                 response = browser.open(path, method=method, json=body)
-                print(f"{method} {path} -> {response.status_code} {response.mimetype}")
+                # A lock sent back is shown by the start of its id: the rest is its fields.
+                if isinstance(body, dict) and isinstance(body.get("lock"), dict):
+                    body = {**body, "lock": f"{body['lock']['id'][:8]}..."}
+                sent = "" if body is None else f" {json.dumps(body)}"
+                print(f"{method} {path}{sent} -> {response.status_code} {response.mimetype}")
                 data: dict[str, Any] = response.get_json(silent=True) or {}
                 return data
 

@@ -73,6 +73,7 @@ TOOLING_PREFIXES = (
     "docmultilock._workers",
     "docmultilock._cli",
     "docmultilock._doctor",
+    "docmultilock._server_wear",
     "docmultilock.cli",
     "docmultilock.testing",
     "docmultilock.pytest_plugin",

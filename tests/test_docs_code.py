@@ -1,8 +1,10 @@
 """Every ```python block in README.md and docs/ runs against the test server.
 
 The blocks of one page run in order in one namespace, so a block may use what an earlier
-block on the same page defined. Each page starts with these names already given, on a
-fresh database of its own:
+block on the same page defined. README.md is given nothing: its first block is the setup
+its text announces, and the others run after it as a reader would run them (only
+``DOCMULTILOCK_MONGODB_URI`` is given: the test server, naming a fresh database). Each page
+of docs/ starts with these names already given, on a fresh database of its own:
 
 * ``client``: a :class:`pymongo.MongoClient` on the test server (``uri``); ``db``: the page's
   database;
@@ -40,13 +42,30 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from pymongo import MongoClient
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-PAGES = [page for page in PAGES if "_build" not in page.parts]
+README = ROOT / "README.md"
+PAGES = [page for page in sorted((ROOT / "docs").rglob("*.md")) if "_build" not in page.parts]
+
+
+def naming_database(uri: str, name: str) -> str:
+    """``uri`` naming the database ``name``; its credentials still checked where they were.
+
+    A URI's database is also where a user is authenticated, unless ``authSource`` says
+    otherwise: say so, for the database (or ``admin``) it named before.
+    """
+    parts = urlsplit(uri)
+    options = parts.query
+    if "@" in parts.netloc and "authsource=" not in options.lower():
+        source = parts.path.strip("/") or "admin"
+        options = "&".join(filter(None, [options, f"authSource={source}"]))
+    return parts._replace(path=f"/{name}", query=options).geturl()
+
+
 FENCE = re.compile(r"^```(\w*)\s*$")
 NORUN = re.compile(r"^<!--\s*norun(?::\s*(?P<reason>.*?))?\s*-->$")
 
@@ -181,6 +200,21 @@ def call_tests(
                 arguments["docmultilock_collection"].drop()
 
 
+def run_blocks(
+    page: Path, namespace: dict[str, Any], after: Callable[[], None] = lambda: None
+) -> None:
+    """Run the page's blocks in order in ``namespace``, calling ``after`` after each one.
+
+    Line numbers in tracebacks point into the page.
+    """
+    for block in python_blocks(page.read_text()):
+        if block.norun is not None:
+            assert block.norun, f"{page_id(page)}:{block.line}: norun needs a reason"
+            continue
+        exec(compile("\n" * block.line + block.code, page_id(page), "exec"), namespace)
+        after()
+
+
 @pytest.mark.parametrize("page", [page_param(page) for page in PAGES])
 def test_the_pages_python_blocks_run(
     page: Path,
@@ -198,20 +232,40 @@ def test_the_pages_python_blocks_run(
     namespace = {**givens, "uri": docmultilock_uri}
     called: set[str] = set()
     left_out: list[str] | None = None if is_embedded else []
-    for block in python_blocks(page.read_text()):
-        if block.norun is not None:
-            assert block.norun, f"{page_id(page)}:{block.line}: norun needs a reason"
-            continue
-        # Line numbers in tracebacks point into the page.
-        code = compile("\n" * block.line + block.code, page_id(page), "exec")
-        exec(code, namespace)
-        call_tests(namespace, docmultilock_client, tmp_path, called, left_out)
+    run_blocks(
+        page,
+        namespace,
+        after=lambda: call_tests(namespace, docmultilock_client, tmp_path, called, left_out),
+    )
     capsys.readouterr()
     if left_out:
         require_embedded(
             f"{', '.join(left_out)} in {page_id(page)} starts an EmbeddedServer of its own "
             "(the page's other blocks ran)"
         )
+
+
+def test_the_readmes_snippets_run_after_its_setup_block_alone(
+    docmultilock_uri: str,
+    docmultilock_client: MongoClient[Doc],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first = python_blocks(README.read_text())[0]
+    assert first.norun is None, "README's setup block runs"
+    assert "DOCMULTILOCK_MONGODB_URI" in first.code
+    # The setup block uses the database its URI names: a fresh one, dropped afterwards.
+    name = f"docs_readme_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("DOCMULTILOCK_MONGODB_URI", naming_database(docmultilock_uri, name))
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    try:
+        run_blocks(README, namespace)
+        assert namespace["db"].name == name
+    finally:
+        if "db" in namespace:  # the setup's own client, which the README leaves open
+            namespace["db"].client.close()
+        docmultilock_client.drop_database(name)
+    capsys.readouterr()
 
 
 def test_a_norun_marker_is_read_with_its_reason() -> None:

@@ -80,11 +80,14 @@ def test_web_example_answers_conflicts_with_problem_json(uri: str) -> None:
     assert "  saved: {'_id': 1, 'status': 'paid', 'total': 10}" in lines
     assert "  stale lock: LockWasReacquired" in lines
     assert "POST /orders/2/lock -> 404 application/problem+json" in lines
-    assert "POST /orders/%7B%22$ne%22:null%7D/lock -> 404 text/html" in lines
-    assert f"POST /orders/{2**64}/lock -> 404 text/html" in lines
-    assert lines.count("POST /locks -> 400 text/html") == 2
+    assert 'PUT /orders/1 {"lock": "' in lines[4]
+    assert lines[4].endswith('...", "status": "paid"} -> 200 application/json')
+    assert "POST /orders/%7B%22$ne%22:null%7D/lock -> 404 application/problem+json" in lines
+    assert f"POST /orders/{2**64}/lock -> 404 application/problem+json" in lines
+    assert 'POST /locks {"order_id": {"$ne": null}} -> 400 application/problem+json' in lines
+    assert 'POST /locks {"order_id": "1"} -> 400 application/problem+json' in lines
     assert "  holders of order 1 after them: []" in lines
-    assert lines[-1] == "POST /locks -> 201 application/json"
+    assert lines[-1] == 'POST /locks {"order_id": 1} -> 201 application/json'
 
 
 def load_example(name: str) -> ModuleType:
@@ -110,6 +113,8 @@ def test_web_example_refuses_a_status_that_is_not_one_of_its_strings_with_400(
     response = browser.put("/orders/1", json={"lock": lock, "status": status})
 
     assert response.status_code == 400
+    assert response.mimetype == PROBLEM_JSON
+    assert response.get_json()["status"] == 400
     assert collection.find_one({"_id": 1}, {"lock": 0}) == {"_id": 1, "status": "new"}
 
 
@@ -126,6 +131,7 @@ def test_web_example_refuses_an_order_id_that_is_not_an_int64_with_400(
     response = browser.post("/locks", json={"order_id": order_id})
 
     assert response.status_code == 400
+    assert response.mimetype == PROBLEM_JSON
     assert list(collection.find({}, sort=[("_id", 1)])) == [
         {"_id": 1, "status": "new"},
         {"_id": 2, "status": "new"},

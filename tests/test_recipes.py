@@ -51,15 +51,15 @@ def test_flask_recipe_script_answers_a_busy_order_with_problem_json(uri: str) ->
     lines = run_example("recipe_flask.py", uri).splitlines()
 
     assert lines == [
-        "PUT /orders/1 -> 200 application/json",
+        'PUT /orders/1 {"status": "paid"} -> 200 application/json',
         "  order: {'_id': 1, 'status': 'paid', 'total': 10}",
-        "PUT /orders/1 -> 409 application/problem+json",
+        'PUT /orders/1 {"status": "shipped"} -> 409 application/problem+json',
         "  while another holds it: Lock wait timed out (LockTimeout)",
         "  status still: paid",
-        "PUT /orders/2 -> 404 application/problem+json",
+        'PUT /orders/2 {"status": "paid"} -> 404 application/problem+json',
         "  unknown order: Document not found (ResourceNotFound)",
-        "PUT /orders/1 -> 400 text/html",
-        "PUT /orders/1 -> 200 application/json",
+        'PUT /orders/1 {"status": {"$unset": ""}} -> 400 application/problem+json',
+        'PUT /orders/1 {"status": "shipped"} -> 200 application/json',
         "  order: {'_id': 1, 'status': 'shipped', 'total': 10}",
     ]
 
@@ -112,6 +112,8 @@ def test_flask_recipe_refuses_a_status_it_does_not_know_with_400(
     response = flask_browser.put("/orders/1", json=body)
 
     assert response.status_code == 400
+    assert response.mimetype == PROBLEM_JSON
+    assert response.get_json()["title"] == "Bad Request"
     assert collection.find_one({"_id": 1}) == ORDER
 
 
@@ -227,6 +229,8 @@ def test_celery_recipe_script_skips_a_second_run_while_the_first_holds_the_job(u
         "second run, while the first holds nightly-report: {'skipped': True}",
         lines[1],
         "report after it: step 3",
+        "breaking the lock of a run in progress: expect its loss logged, then Celery's "
+        "traceback of the failed task, on stderr",
         "run whose lock was broken: failed=True, LockWasReacquired",
     ]
     assert lines[1].startswith("first run: 3 steps, ")

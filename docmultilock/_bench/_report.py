@@ -89,6 +89,9 @@ class Report:
     duration: float
     command: str
     versions: dict[str, str]
+    #: On an embedded server given by URI (not a fresh one per measurement): the writes it
+    #: had seen before the run, as it slows down as they accumulate. ``None`` otherwise.
+    writes_before: int | None = None
     collections: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
 
@@ -108,6 +111,11 @@ def _figure(value: float | None) -> str:
 def render_table(report: Report) -> str:
     """The table for people, with a header naming the server and the machine."""
     kind = "the embedded server" if report.embedded else "not the embedded server"
+    if report.writes_before is not None:
+        kind += (
+            f", which had seen {report.writes_before:,} writes before this run (it slows "
+            "down as writes accumulate: run without --uri for a fresh one per scenario)"
+        )
     lines = [
         f"docmultilock bench: {report.command}",
         f"server: {report.server}, {kind}",

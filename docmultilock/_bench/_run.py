@@ -24,6 +24,7 @@ from docmultilock._bench import (
 )
 from docmultilock._bench._bed import Context, KeepAlive, Outcome, connect, server_version
 from docmultilock._bench._report import Progress, Report
+from docmultilock._server_wear import writes_seen
 from docmultilock.testing import URI_VARIABLE, EmbeddedServer
 
 __all__ = ["FLOORED", "SCENARIOS", "BenchSettings", "KeepAlive", "run_bench"]
@@ -88,9 +89,14 @@ def _embedded() -> Iterator[str]:
         yield server.uri
 
 
+def _given(uri: str | None) -> str | None:
+    """The server every measurement runs on, if one is given; else each gets a fresh one."""
+    return uri or os.environ.get(URI_VARIABLE)
+
+
 def _servers(uri: str | None) -> Callable[[], contextlib.AbstractContextManager[str]]:
     """Each measurement's server: the one given, else a fresh embedded one."""
-    given = uri or os.environ.get(URI_VARIABLE)
+    given = _given(uri)
     if given:
         return lambda: contextlib.nullcontext(given)
     return _embedded
@@ -104,12 +110,14 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Repo
     report: Report | None = None
     for number, (title, _, measure) in enumerate(chosen, 1):
         progress.start(f"[{number}/{len(chosen)}] {title}")
-        if settings.uri is None:
+        if _given(settings.uri) is None:
             progress.show("starting the server ...", force=True)
         with servers() as uri:
             if report is None:
                 with connect(uri) as client:
                     server, embedded = server_version(client)
+                    worn = embedded and _given(settings.uri) is not None
+                    writes_before = writes_seen(client) if worn else None
                 report = Report(
                     server=server,
                     embedded=embedded,
@@ -117,6 +125,7 @@ def run_bench(settings: BenchSettings, progress: Progress | None = None) -> Repo
                     duration=settings.duration,
                     command=settings.command,
                     versions={name: version(name) for name in ("docmultilock", "pymongo")},
+                    writes_before=writes_before,
                 )
             context = Context(uri, report.embedded, settings.duration, progress, settings.keepalive)
             outcome = measure(context)
