@@ -66,9 +66,8 @@ def test_an_argument_error_names_the_users_class_not_a_private_base(subject: Sub
         manager.release(subject.key)
 
 
+@pytest.mark.parametrize("build", ["MultiLock", "WriteLock"], indirect=True)  # a name is a key
 def test_a_bare_id_is_answered_with_the_filter_to_write(subject: Subject) -> None:
-    if isinstance(subject.key, str):
-        pytest.skip("a name is the key itself")
     with pytest.raises(InvalidArgument, match=r"pass \{'_id': 3\}"):
         subject.locks.acquire(3, tag=subject.tag)  # type: ignore[arg-type]
 
