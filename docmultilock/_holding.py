@@ -28,7 +28,7 @@ from typing import Any
 
 from docmultilock._acquiring import capped
 from docmultilock._backoff import Backoff, check_backoff
-from docmultilock._calls import Call, lived_tag
+from docmultilock._calls import Acquisition
 from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
@@ -70,7 +70,7 @@ Tend = Callable[[], Flow[float]]
 class HoldSpec:
     """Validated arguments of one ``hold()`` call: its acquisition's call, and the rest."""
 
-    call: Call  # the acquisition's, parsed once; continued and renewed with ``_replace``
+    call: Acquisition  # parsed once; continued, and its lock commanded, from it
     wait: float | None
     backoff: Backoff
     keepalive: bool
@@ -89,7 +89,7 @@ class HoldSpec:
     @property
     def tag(self) -> str:
         """The lock's tag."""
-        return lived_tag(self.call)
+        return self.call.tag
 
 
 #: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
@@ -119,7 +119,7 @@ def split_hold(
     return acquiring, {name: options[name] for name in options.keys() & _WAITING}
 
 
-def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> HoldSpec:
+def plan_hold(ops: LockOperations, call: Acquisition, holding: Mapping[str, Any]) -> HoldSpec:
     """Check the rest of ``hold()``'s options (``call``, its acquisition's, is checked).
 
     ``holding`` are the options of :class:`HoldOptions` that are not an acquisition's;
@@ -138,7 +138,7 @@ def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> Ho
         raise InvalidArgument(f"fair must be True or False, not {fair!r}")
     lifetime_ms = call.lifetime_ms
     if lifetime_ms is None:
-        lifetime_ms = ops.options.rules.lifetime_ms[lived_tag(call)]
+        lifetime_ms = ops.options.rules.lifetime_ms[call.tag]
     lifetime = lifetime_ms / 1000
     if not isinstance(keepalive, bool):
         raise InvalidArgument(f"keepalive must be True or False, not {keepalive!r}")
@@ -199,7 +199,7 @@ def wait_flow(
             sent = clock.monotonic()
             try:
                 # A pending entry is continued under its own id, parsed already.
-                attempt = call if pending is None else call._replace(tag=None, lock=pending)
+                attempt = call if pending is None else call.continued(pending)
                 lock = yield from ops.acquire(attempt, clock=clock, fair=spec.fair)
             except AssertiveLock as err:
                 pending, last = err.lock, err  # continue it: a restart would lose its place
@@ -343,7 +343,7 @@ def extend_flow(
 ) -> Flow[LockError | None]:
     """Extend once and update the estimate; the error that tells the lock is lost, if any."""
     sent = clock.monotonic()
-    call = holding.spec.call._replace(tag=None, lock=holding.lock, limit=timeout)
+    call = holding.spec.call.held(holding.lock)._replace(limit=timeout)
     try:
         lock = yield from ops.extend(call, clock=clock)
     except LockError as err:
@@ -381,7 +381,7 @@ def release_flow(
     if not quiet and holding.error is None and clock.monotonic() >= holding.expires:
         lost = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
     try:
-        yield from ops.release(spec.call._replace(tag=None, lock=holding.lock), clock=clock)
+        yield from ops.release(spec.call.held(holding.lock), clock=clock)
     except LockNotFound as err:
         lost = lost or err
     except LockError as err:

@@ -14,18 +14,16 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from docmultilock._calls import Call
+from docmultilock._calls import Acquisition, Continued, Conversion, Fresh, Held
 from docmultilock._command import Command
 from docmultilock._events import EventKind
 from docmultilock._failures import translate
 from docmultilock._flows import (
-    CLEANUP_LIMIT,
     Clock,
     Flow,
     Sent,
     ServerTime,
     Sleep,
-    send,
 )
 from docmultilock._lock import Lock
 from docmultilock._operating import Operating, new_lock_id
@@ -49,18 +47,19 @@ log = logging.getLogger("docmultilock")
 class LockFlows(Operating):
     """Acquire, release and extend as flows (see :class:`~docmultilock._operating.Operating`)."""
 
-    def acquire(self, call: Call, *, clock: Clock, fair: bool = False) -> Flow[Lock]:
+    def acquire(self, call: Acquisition, *, clock: Clock, fair: bool = False) -> Flow[Lock]:
         """Acquire ``call.tag`` on its key, or continue the pending ``call.lock``; one command.
 
         With ``fair`` (``hold(fair=True)``), a refusal holds a place in line: a pending
         entry, raised as :class:`AssertiveLock` to be continued.
         """
-        pending = call.lock
         user_filter = call.user_filter
-        target = user_filter if pending is None else self.target(call)
-        name = pending.tag if pending is not None else call.tag
-        assert name is not None, "a new lock's call names its tag"
-        lock_id = new_lock_id() if pending is None else pending.id
+        if isinstance(call, Continued):
+            pending: Lock | None = call.lock
+            target, lock_id = self.target(call), call.lock.id
+        else:
+            pending, target, lock_id = None, user_filter, new_lock_id()
+        name = call.tag
         plan = self.core.acquire(
             target,
             user_filter=user_filter,
@@ -70,26 +69,25 @@ class LockFlows(Operating):
             continuing=pending,
             fair=fair,
         )
-        limit, concern = call.limit, call.concern
         started = clock.monotonic()
         try:
-            reply = yield from send(
+            reply = yield from self.send_for(
+                call,
                 plan.command,
                 doing="acquire",
-                w=concern,
-                limit=limit,
+                tag=name,
+                started=started,
                 clock=clock,
-                on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
                 settle=pending is None,  # what _withdraw may follow
             )
             granted = self._granted(plan, reply, started, clock)
             if self.core.home.on_demand:
-                yield from self.index_once(limit)
+                yield from self.index_once(call.limit)
         except BaseException as exc:
             # Cancelled or interrupted with the command out, or before the caller saw its
             # grant: it may be applied, under an id nobody will ever hold. A continued
             # lock's caller keeps its id (and hold() releases it); a new one is withdrawn.
-            if pending is None and _interrupted(exc):
+            if isinstance(call, Fresh) and _interrupted(exc):
                 yield from self._withdraw(call, lock_id, clock=clock)
             raise
         return granted
@@ -129,7 +127,12 @@ class LockFlows(Operating):
         return granted
 
     def _withdraw(
-        self, call: Call, lock_id: str, *, clock: Clock, command: Command | None = None
+        self,
+        call: Fresh | Conversion,
+        lock_id: str,
+        *,
+        clock: Clock,
+        command: Command | None = None,
     ) -> Flow[None]:
         """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
 
@@ -141,13 +144,12 @@ class LockFlows(Operating):
         """
         if command is None:
             command = self.core.withdrawal(
-                self.target(call), user_filter=call.user_filter, lock_id=lock_id
+                call.user_filter, user_filter=call.user_filter, lock_id=lock_id
             )
-        # Bounded even without an operation timeout: the caller is on its way out.
-        limit = CLEANUP_LIMIT if call.limit is None else call.limit
         try:
-            reply = yield from send(
-                command, doing="release", w=call.concern, limit=limit, clock=clock
+            # Bounded even without an operation timeout: the caller is on its way out.
+            reply = yield from self.send_for(
+                call, command, doing="release", tag=None, started=0.0, clock=clock, cleanup=True
             )
         except LockError as err:
             log.warning("could not withdraw the interrupted acquisition %s: %s", lock_id, err)
@@ -159,7 +161,7 @@ class LockFlows(Operating):
 
     def convert(
         self,
-        call: Call,
+        call: Conversion,
         *,
         clock: Clock,
         wait: float | None = None,
@@ -175,8 +177,6 @@ class LockFlows(Operating):
         holder's pending upgrade) may itself be waiting for the caller's lock to drain.
         """
         held, tag = call.lock, call.tag
-        assert held is not None, "a conversion names its lock"
-        assert tag is not None, "a conversion names its new tag"
         started = clock.monotonic()
         pending: Lock | None = None
         attempts = 0
@@ -212,11 +212,9 @@ class LockFlows(Operating):
                 yield from self._withdraw(call, pending.id, clock=clock, command=command)
             raise
 
-    def _convert_once(self, call: Call, clock: Clock) -> Flow[Lock]:
+    def _convert_once(self, call: Conversion, clock: Clock) -> Flow[Lock]:
         """One conversion command: the lock converted, recorded and told, or its error."""
         held, tag = call.lock, call.tag
-        assert held is not None, "a conversion names its lock"
-        assert tag is not None, "a conversion names its new tag"
         plan = self.core.convert(
             self.target(call),
             user_filter=call.user_filter,
@@ -231,27 +229,24 @@ class LockFlows(Operating):
         )
         return self._granted(plan, reply, started, clock)
 
-    def release(self, call: Call, *, clock: Clock) -> Flow[None]:
+    def release(self, call: Held, *, clock: Clock) -> Flow[None]:
         """Release ``call.lock``; a release whose earlier reply was lost is judged by the ledger."""
         held = call.lock
-        assert held is not None, "a release's call names its lock"
         user_filter, target = call.user_filter, self.target(call)
-        limit, concern = call.limit, call.concern
         ledger = self.ledger
         sent = Sent(unsure=ledger.was_unsure(held.id))
         started = clock.monotonic()
-        retrying = self.events.retrying(user_filter, held.tag, started, clock.monotonic)
 
         def sending(command: Command) -> Flow[Mapping[str, Any] | None]:
-            # Both commands of a release share its deadline and its record of lost replies.
-            return send(
+            # Both commands of a release share its record of lost replies.
+            return self.send_for(
+                call,
                 command,
                 doing="release",
-                w=concern,
-                limit=limit,
+                tag=held.tag,
+                started=started,
                 clock=clock,
                 sent=sent,
-                on_retry=retrying,
             )
 
         try:
@@ -273,7 +268,7 @@ class LockFlows(Operating):
             # (pruning takes only expired entries), so the release did happen. An operator's
             # break_lock may also have removed it meanwhile: reporting success is harmless
             # then, since the lock is gone either way.
-            if not (sent.unsure and (yield from self._unexpired(held.id, limit))):
+            if not (sent.unsure and (yield from self._unexpired(held.id, call.limit))):
                 ledger.forget(held.id)
                 self.report_lost(user_filter, held, started, clock, err)
                 raise
@@ -299,10 +294,9 @@ class LockFlows(Operating):
             raise translate(exc, "release", None) from exc
         return bool(now < expires_at)
 
-    def extend(self, call: Call, *, clock: Clock) -> Flow[Lock]:
+    def extend(self, call: Held, *, clock: Clock) -> Flow[Lock]:
         """Push ``call.lock``'s expiry to server-now plus its lifetime (or ``call``'s)."""
         held = call.lock
-        assert held is not None, "an extension's call names its lock"
         user_filter = call.user_filter
         plan = self.core.extend(
             self.target(call), user_filter=user_filter, lock=held, lifetime_ms=call.lifetime_ms
