@@ -23,16 +23,17 @@ from docmultilock._flows import (
     Flow,
     Sent,
     ServerTime,
-    Sleep,
 )
 from docmultilock._lock import Lock
 from docmultilock._operating import Operating, new_lock_id
 from docmultilock._plans import AcquirePlan, ConvertPlan
+from docmultilock._waiting import Tend, Waiter, wait_out
 from docmultilock._wording import in_the_way
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
     DbError,
+    LockConflict,
     LockConverted,
     LockError,
     LockNotFound,
@@ -166,51 +167,54 @@ class LockFlows(Operating):
         clock: Clock,
         wait: float | None = None,
         delays: Callable[[int], tuple[float, float]] | None = None,
-    ) -> Flow[Lock]:
+        tend: Tend | None = None,
+    ) -> Flow[tuple[Lock, float]]:
         """Convert ``call.lock`` to ``call.tag``, one command per attempt (``_converting``).
 
         A pending upgrade raises :class:`AssertiveLock` at once, unless ``wait``: then it
-        is continued, sleeping a uniform draw from ``delays(attempt)`` (and short enough to
-        renew it) between attempts, until granted; when ``wait`` runs out, the pending
-        upgrade is withdrawn, the lock given is kept, and :class:`LockTimeout` is raised.
-        A refusal is raised at once, waiting or not: the entry in the way (another
-        holder's pending upgrade) may itself be waiting for the caller's lock to drain.
+        is continued (``_waiting``), sleeping a uniform draw from ``delays(attempt)`` (and
+        short enough to renew it) between attempts, until granted; when ``wait`` runs out,
+        the pending upgrade is withdrawn, the lock given is kept, and :class:`LockTimeout`
+        is raised. A refusal is raised at once, waiting or not: the entry in the way
+        (another holder's pending upgrade) may itself be waiting for the caller's lock to
+        drain. ``tend``: as :func:`~docmultilock._waiting.wait_out`'s (a hold renews there
+        the lock it converts). Returns the converted lock and when its command was sent.
         """
+        if wait is None:
+            sent = clock.monotonic()
+            return (yield from self._convert_once(call, clock)), sent
         held, tag = call.lock, call.tag
-        started = clock.monotonic()
-        pending: Lock | None = None
-        attempts = 0
-        try:
-            while True:
-                attempts += 1
-                try:
-                    return (yield from self._convert_once(call, clock))
-                except AssertiveLock as err:
-                    if wait is None:
-                        raise
-                    pending, last = err.lock, err
-                waited = clock.monotonic() - started
-                if waited >= wait:
-                    raise LockTimeout(
-                        f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
-                        f"after {waited:.3g} s and {attempts} attempts: {in_the_way(last)}, and "
-                        f"the {held.tag!r} lock is still held",
-                        filter=last.filter,
-                        attempts=attempts,
-                        waited=waited,
-                        blocking_tags=last.blocking_tags,
-                    ) from last
-                low, high = (0.05, 1.0) if delays is None else delays(attempts)
-                life = call.lifetime_ms or self.options.rules.lifetime_ms[tag]
-                yield Sleep(min(clock.uniform(low, high), wait - waited, life / 3000))
-        except BaseException:
-            if pending is not None:
-                # Never leave a pending upgrade behind: it refuses every new reader.
-                command = self.core.upgrade_withdrawal(
-                    self.target(call), user_filter=call.user_filter, pending=pending
-                )
-                yield from self._withdraw(call, pending.id, clock=clock, command=command)
-            raise
+
+        def timed_out(last: LockConflict, waited: float, attempts: int) -> LockTimeout:
+            return LockTimeout(
+                f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
+                f"after {waited:.3g} s and {attempts} attempts: {in_the_way(last)}, and "
+                f"the {held.tag!r} lock is still held",
+                filter=last.filter,
+                attempts=attempts,
+                waited=waited,
+                blocking_tags=getattr(last, "blocking_tags", ()),
+            )
+
+        def give_up(pending: Lock, _renewed: float, _error: BaseException) -> Flow[None]:
+            # Never leave a pending upgrade behind: it refuses every new reader.
+            command = self.core.upgrade_withdrawal(
+                self.target(call), user_filter=call.user_filter, pending=pending
+            )
+            return self._withdraw(call, pending.id, clock=clock, command=command)
+
+        life = call.lifetime_ms or self.options.rules.lifetime_ms[tag]
+        waiter = Waiter(
+            # The server continues the pending upgrade of the lock converted: one command.
+            attempt=lambda _pending: self._convert_once(call, clock),
+            waits_out=_never,
+            timed_out=timed_out,
+            give_up=give_up,
+            wait=wait,
+            delays=_default_delays if delays is None else delays,
+            renew_within=life / 3000,
+        )
+        return (yield from wait_out(waiter, clock, tend=tend))
 
     def _convert_once(self, call: Conversion, clock: Clock) -> Flow[Lock]:
         """One conversion command: the lock converted, recorded and told, or its error."""
@@ -321,6 +325,16 @@ class LockFlows(Operating):
             duration=clock.monotonic() - started,
         )
         return extended
+
+
+def _never(_refusal: LockConflict, _pending: Lock | None) -> bool:
+    """A conversion waits out no refusal but its pending upgrade (see ``convert``)."""
+    return False
+
+
+def _default_delays(_attempt: int) -> tuple[float, float]:
+    """``convert(wait=...)``'s delays when none are given: 50 ms to 1 s."""
+    return (0.05, 1.0)
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -39,8 +39,8 @@ from docmultilock._flows import Clock, Flow
 from docmultilock._holding import (
     Holding,
     HoldSpec,
-    extend_flow,
     plan_hold,
+    tend_flow,
     wait_flow,
 )
 from docmultilock._operations import LockOperations
@@ -259,7 +259,7 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
     """
     started = clock.monotonic()
     taken: list[Holding] = []
-    tend = partial(_tend, ops, taken, clock)
+    tend = partial(tend_flow, ops, taken, clock)
     try:
         for spec in locks.ordered:
             wait = spec.wait
@@ -275,25 +275,6 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
         yield from give_back_all(ops, given, refusal, clock=clock)
         raise
     return taken
-
-
-def _tend(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Flow[float]:
-    """Extend each lock taken so far that is due; seconds until the next one is due.
-
-    Due as the keep-alive has it: ``every`` seconds after its last extension was sent.
-    A lock found lost ends the set's wait with that lock's error.
-    """
-    soonest = float("inf")
-    for holding in taken:
-        spec = holding.spec
-        due = holding.expires - spec.lifetime + spec.every
-        if clock.monotonic() >= due:
-            error = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
-            if error is not None:
-                raise error
-            due = holding.expires - spec.lifetime + spec.every
-        soonest = min(soonest, due - clock.monotonic())
-    return max(soonest, 0.001)
 
 
 def release_all_flow(

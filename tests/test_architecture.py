@@ -58,6 +58,7 @@ CORE = frozenset({
     "docmultilock._schema",
     "docmultilock._snapshot",
     "docmultilock._typing",
+    "docmultilock._waiting",
     "docmultilock.errors",
     "docmultilock.options",
 })  # fmt: skip

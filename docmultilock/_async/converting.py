@@ -74,4 +74,5 @@ class AsyncConverting:
         )
         delays = check_backoff(backoff).bounds
         flow = self._ops.convert(call, clock=self._run.clock, wait=waiting, delays=delays)
-        return self._run.handed_out(self._ops, call, await self._run(flow))
+        lock, _ = await self._run(flow)
+        return self._run.handed_out(self._ops, call, lock)

@@ -76,4 +76,5 @@ class Converting:
         )
         delays = check_backoff(backoff).bounds
         flow = self._ops.convert(call, clock=self._run.clock, wait=waiting, delays=delays)
-        return self._run.handed_out(self._ops, call, self._run(flow))
+        lock, _ = self._run(flow)
+        return self._run.handed_out(self._ops, call, lock)
