@@ -23,7 +23,7 @@ from typing import Any
 from docmultilock._calls import Acquisition
 from docmultilock._flows import Clock, Flow, Sleep, retry_pause
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock.errors import DbError, LockError, LocksLeftBehind
 
 __all__ = ["Taken", "give_back_all"]

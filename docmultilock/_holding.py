@@ -34,7 +34,7 @@ from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Watch
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._waiting import Tend, Waiter, wait_out
 from docmultilock._wording import in_the_way, reworded
 from docmultilock.errors import (

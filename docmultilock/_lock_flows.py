@@ -25,8 +25,9 @@ from docmultilock._flows import (
     ServerTime,
 )
 from docmultilock._lock import Lock
-from docmultilock._operating import Operating, new_lock_id
+from docmultilock._operating import new_lock_id
 from docmultilock._plans import AcquirePlan, ConvertPlan
+from docmultilock._read_flows import ReadFlows
 from docmultilock._waiting import Tend, Waiter, wait_out
 from docmultilock._wording import in_the_way
 from docmultilock.errors import (
@@ -40,13 +41,19 @@ from docmultilock.errors import (
     LockTimeout,
 )
 
-__all__ = ["LockFlows"]
+__all__ = ["LockOperations"]
 
 log = logging.getLogger("docmultilock")
 
 
-class LockFlows(Operating):
-    """Acquire, release and extend as flows (see :class:`~docmultilock._operating.Operating`)."""
+class LockOperations(ReadFlows):
+    """Every operation of one lock manager as a flow: checked arguments in, effects out.
+
+    What a lock manager *is*, minus I/O: acquire, release, extend and convert here, the
+    reads (``_read_flows``) below, over one manager's state (``_operating``). The sync and
+    async managers, and ``hold()``, are thin shells that run these flows with their
+    driver; a decision written here is written once for both flavours.
+    """
 
     def acquire(self, call: Acquisition, *, clock: Clock, fair: bool = False) -> Flow[Lock]:
         """Acquire ``call.tag`` on its key, or continue the pending ``call.lock``; one command.

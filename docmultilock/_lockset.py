@@ -43,7 +43,7 @@ from docmultilock._holding import (
     tend_flow,
     wait_flow,
 )
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._wording import set_member
 from docmultilock.errors import InvalidArgument, LockError
 

@@ -2,9 +2,9 @@
 
 :class:`Operating` holds one manager's pure state (the core for its field, table and home,
 the ledger of what it saw granted, the listener's emitter) and the parsing of per-call
-arguments; the lock flows (``_lock_flows``) and the read-side flows (``_read_flows``) build
-on it, and ``_operations.LockOperations`` is the two together: what a lock manager *is*,
-minus I/O.
+arguments, and the one path every command goes out by (:meth:`Operating.send_for`). The
+read-side flows (``_read_flows``) build on it, and ``_lock_flows.LockOperations`` on
+those: what a lock manager *is*, minus I/O.
 """
 
 from __future__ import annotations

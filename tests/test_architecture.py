@@ -47,7 +47,6 @@ CORE = frozenset({
     "docmultilock._lock_flows",
     "docmultilock._wording",
     "docmultilock._operating",
-    "docmultilock._operations",
     "docmultilock._pipeline",
     "docmultilock._plans",
     "docmultilock._read_flows",

@@ -44,7 +44,7 @@ from docmultilock._flows import (
 from docmultilock._holding import SAFETY_NET, Holding, plan_hold, release_flow, wait_flow
 from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._schema import load_options
 

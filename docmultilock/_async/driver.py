@@ -38,7 +38,7 @@ from docmultilock._flows import (
     Watch,
 )
 from docmultilock._lock import Lock, as_utc
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._settle import AsyncSettle
 from docmultilock.errors import LockError
 from docmultilock.options import ErrorFactory, raised_for

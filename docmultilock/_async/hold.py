@@ -26,8 +26,8 @@ from docmultilock._holding import (
 )
 from docmultilock._keepalive import AsyncExtender, AsyncJob
 from docmultilock._lock import Lock
+from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import LockSet, take_all_flow
-from docmultilock._operations import LockOperations
 from docmultilock._renewing import renew_together
 from docmultilock._wording import held_upgrade_pending
 from docmultilock.errors import (

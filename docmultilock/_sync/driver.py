@@ -39,7 +39,7 @@ from docmultilock._flows import (
     Watch,
 )
 from docmultilock._lock import Lock, as_utc
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._settle import Settle
 from docmultilock._sync.wakeup import Watchers
 from docmultilock.errors import LockError
