@@ -133,12 +133,11 @@ class AsyncHeldLock:
     async def convert(self, tag: str, *, wait: Duration | None = None) -> Lock:
         """Convert this held lock to ``tag`` (an upgrade or a downgrade), and go on holding it.
 
-        As the manager's ``convert()`` decides, with the hold's lifetime, backoff, timeout
-        and write concern; from then on :meth:`guard`, the keep-alive and the exit act on
-        the converted lock. An upgrade beside other readers raises
-        :class:`~docmultilock.AssertiveLock` while this lock stays held (and kept alive) as
-        it was; call ``convert`` again to continue the pending upgrade before it lapses, or
-        give ``wait`` seconds (then :class:`~docmultilock.LockTimeout`, the lock kept)::
+        As the manager's ``convert()`` decides, with the hold's lifetime, backoff, timeout and
+        write concern; then :meth:`guard`, the keep-alive and the exit act on the converted lock.
+        Beside other readers an upgrade raises :class:`~docmultilock.AssertiveLock`, this lock
+        still held and kept alive; call ``convert`` again to continue it before it lapses, or
+        give ``wait`` seconds (run out, :class:`~docmultilock.LockTimeout`, the lock kept)::
 
             async with locks.hold({"_id": 1}, tag="read", keepalive=True) as held:
                 await held.convert("write", wait=5)  # other readers drain first
