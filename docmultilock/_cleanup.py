@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from docmultilock._calls import Call
+from docmultilock._calls import Acquisition
 from docmultilock._flows import Clock, Flow, Sleep, retry_pause
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock.errors import DbError, LockError, LocksLeftBehind
 
 __all__ = ["Taken", "give_back_all"]
@@ -40,7 +40,7 @@ class Taken:
     :ivar until: its expiry estimate on the flow clock: before it, it is surely held.
     """
 
-    call: Call
+    call: Acquisition
     lock: Lock
     until: float
 
@@ -101,7 +101,7 @@ def _give_back(
         if retry:
             left = max(taken.until - clock.monotonic(), 0.001)
             limit = left if limit is None else min(limit, left)
-        call = taken.call._replace(tag=None, lock=taken.lock, limit=limit)
+        call = taken.call.held(taken.lock)._replace(limit=limit)
         try:
             yield from ops.release(call, clock=clock)
         except DbError as err:

@@ -22,21 +22,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from docmultilock._acquiring import capped
 from docmultilock._backoff import Backoff, check_backoff
-from docmultilock._calls import Call, lived_tag
+from docmultilock._calls import Acquisition
 from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
-from docmultilock._flows import Clock, Flow, Sleep, Unwatch, WaitChange, Watch
+from docmultilock._flows import Clock, Flow, Watch
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
+from docmultilock._waiting import Tend, Waiter, wait_out
 from docmultilock._wording import in_the_way, reworded
 from docmultilock.errors import (
-    AssertiveLock,
     CooperativeLock,
     InvalidArgument,
     LockConflict,
@@ -44,33 +45,38 @@ from docmultilock.errors import (
     LockNotFound,
     LockTimeout,
 )
-from docmultilock.options import HoldOptions, NewLockOptions, OnLost, parse_duration, take_keywords
+from docmultilock.options import (
+    Duration,
+    HoldOptions,
+    NewLockOptions,
+    OnLost,
+    parse_duration,
+    take_keywords,
+)
 
 __all__ = [
     "SAFETY_NET",
     "WAKE_MODES",
     "HoldSpec",
     "Holding",
-    "Tend",
+    "convert_flow",
     "extend_flow",
     "plan_hold",
     "release_flow",
     "renew_flow",
     "split_hold",
+    "tend_flow",
     "wait_flow",
 ]
 
 log = logging.getLogger("docmultilock")
-
-#: Run between a waiter's attempts; answers within how many seconds it must run again.
-Tend = Callable[[], Flow[float]]
 
 
 @dataclass(frozen=True, slots=True)
 class HoldSpec:
     """Validated arguments of one ``hold()`` call: its acquisition's call, and the rest."""
 
-    call: Call  # the acquisition's, parsed once; continued and renewed with ``_replace``
+    call: Acquisition  # parsed once; continued, and its lock commanded, from it
     wait: float | None
     backoff: Backoff
     keepalive: bool
@@ -89,7 +95,7 @@ class HoldSpec:
     @property
     def tag(self) -> str:
         """The lock's tag."""
-        return lived_tag(self.call)
+        return self.call.tag
 
 
 #: How ``hold(wake=...)`` waits between attempts: woken by change streams, or polling.
@@ -119,7 +125,7 @@ def split_hold(
     return acquiring, {name: options[name] for name in options.keys() & _WAITING}
 
 
-def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> HoldSpec:
+def plan_hold(ops: LockOperations, call: Acquisition, holding: Mapping[str, Any]) -> HoldSpec:
     """Check the rest of ``hold()``'s options (``call``, its acquisition's, is checked).
 
     ``holding`` are the options of :class:`HoldOptions` that are not an acquisition's;
@@ -138,7 +144,7 @@ def plan_hold(ops: LockOperations, call: Call, holding: Mapping[str, Any]) -> Ho
         raise InvalidArgument(f"fair must be True or False, not {fair!r}")
     lifetime_ms = call.lifetime_ms
     if lifetime_ms is None:
-        lifetime_ms = ops.options.rules.lifetime_ms[lived_tag(call)]
+        lifetime_ms = ops.options.rules.lifetime_ms[call.tag]
     lifetime = lifetime_ms / 1000
     if not isinstance(keepalive, bool):
         raise InvalidArgument(f"keepalive must be True or False, not {keepalive!r}")
@@ -171,109 +177,61 @@ def wait_flow(
 ) -> Flow[tuple[Lock, float]]:
     """Acquire, retrying refusals until ``spec.wait`` runs out; the lock and when it was sent.
 
-    ``tend``, when given, runs before each wait between attempts and answers within how many
-    seconds it must run again: a lock set (``_lockset``) renews there the locks it already
-    holds, so that none expires while it waits for the next.
-
-    With ``spec.wake``, once a refusal names the document, the wait between attempts is a
-    :class:`WaitChange` on it: the next attempt goes at once when the lock field changes,
-    and the backoff, at the slower :data:`SAFETY_NET` cadence, is only the safety net (a
-    missed event never means a missed grant). Without a change stream, it polls.
+    The waiting loop is ``_waiting``'s; here, what an acquisition waits out and how. ``tend``
+    (a lock set renews there the locks it already holds) is :func:`~docmultilock._waiting.
+    wait_out`'s. With ``spec.wake``, change streams wake the waiter (the backoff, at the
+    slower :data:`SAFETY_NET` cadence, is the safety net); without, it polls.
 
     :raises LockTimeout: out of time (the last refusal is ``__cause__``).
     :raises LockConflict: refused, with ``wait=None``.
     :raises LocksLeftBehind: the pending entry's withdrawal failed throughout its lifetime
         (``_cleanup``); the refusal is its ``__cause__``.
     """
-    started = clock.monotonic()
-    call = spec.call
-    pending: Lock | None = None
-    renewed = started  # when the pending entry was last renewed (sent)
-    watch: Any = None  # the change-stream watch, once the refusing document is known
-    wake = spec.wake
-    last: LockConflict
-    attempts = 0
-    try:
-        while True:
-            attempts += 1
-            sent = clock.monotonic()
-            try:
-                # A pending entry is continued under its own id, parsed already.
-                attempt = call if pending is None else call._replace(tag=None, lock=pending)
-                lock = yield from ops.acquire(attempt, clock=clock, fair=spec.fair)
-            except AssertiveLock as err:
-                pending, last = err.lock, err  # continue it: a restart would lose its place
-                renewed = sent
-            except CooperativeLock as err:
-                pending, last = None, err  # a refusal also drops a pending entry of ours
-            except LockNotFound as err:
-                if pending is None:
-                    raise
-                pending, last = None, err  # our pending entry lapsed: register anew
-            else:
-                if watch is not None:
-                    yield Unwatch(watch)
-                return lock, sent
-            waited = clock.monotonic() - started
-            if spec.wait is None:
-                raise last
-            if waited >= spec.wait:
-                raise LockTimeout(
-                    f"gave up waiting for a {spec.tag!r} lock on {spec.key!r} after "
-                    f"{waited:.3g} s and {attempts} attempts: {in_the_way(last)}",
-                    filter=last.filter,
-                    attempts=attempts,
-                    waited=waited,
-                    blocking_tags=getattr(last, "blocking_tags", ()),
-                ) from last
-            left = spec.wait - waited
-            if tend is not None:
-                left = min(left, (yield from tend()))
-            entry = None if pending is None else pending.id
-            if wake and watch is None:
-                document_id = _document_of(pending, last)
-                if document_id is not None:
-                    watch = yield Watch(
-                        document_id,
-                        ops.core.field,
-                        _exclusive(ops, spec.tag),
-                        _blockers(ops, spec.tag),
-                        entry,
-                        spec.fair,
-                    )
-                    wake = watch is not None  # None: no change stream here; poll from now on
-            if watch is not None:
-                low, high = spec.backoff.high, spec.backoff.high * SAFETY_NET
-                woke = yield WaitChange(
-                    watch, min(_renewal(clock.uniform(low, high), pending, spec), left), entry
-                )
-                if woke is not None:
-                    continue
-                yield Unwatch(watch)  # the stream turned out unavailable: poll from now on
-                watch, wake = None, False
-            delay = clock.uniform(*spec.backoff.bounds(attempts))
-            yield Sleep(min(_renewal(delay, pending, spec), left))
-    except BaseException as refusal:
-        if watch is not None:
-            yield Unwatch(watch)
-        if pending is not None:
-            # Never leave a pending entry behind: it refuses every newcomer until it lapses.
-            # This also runs for a cancellation (or KeyboardInterrupt) thrown in at a yield.
-            withdrawn = Taken(call, pending, renewed + spec.lifetime)
-            yield from give_back_all(ops, [withdrawn], refusal, clock=clock)
-        raise
+    call, tag = spec.call, spec.tag
+
+    def attempt(pending: Lock | None) -> Flow[Lock]:
+        # A pending entry is continued under its own id, parsed already.
+        attempt = call if pending is None else call.continued(pending)
+        return ops.acquire(attempt, clock=clock, fair=spec.fair)
+
+    def timed_out(last: LockConflict, waited: float, attempts: int) -> LockTimeout:
+        return LockTimeout(
+            f"gave up waiting for a {tag!r} lock on {spec.key!r} after "
+            f"{waited:.3g} s and {attempts} attempts: {in_the_way(last)}",
+            filter=last.filter,
+            attempts=attempts,
+            waited=waited,
+            blocking_tags=getattr(last, "blocking_tags", ()),
+        )
+
+    def give_up(pending: Lock, renewed: float, refusal: BaseException) -> Flow[None]:
+        withdrawn = Taken(call, pending, renewed + spec.lifetime)
+        return give_back_all(ops, [withdrawn], refusal, clock=clock)
+
+    def watching(document_id: Any, entry: str | None) -> Watch:
+        field, exclusive = ops.core.field, _exclusive(ops, tag)
+        return Watch(document_id, field, exclusive, _blockers(ops, tag), entry, spec.fair)
+
+    high = spec.backoff.high
+    waiter = Waiter(
+        attempt=attempt,
+        waits_out=_waited_out,
+        timed_out=timed_out,
+        give_up=give_up,
+        wait=spec.wait,
+        delays=spec.backoff.bounds,
+        renew_within=spec.lifetime / 3,
+        watching=watching if spec.wake else None,
+        safety_net=(high, high * SAFETY_NET),
+    )
+    return (yield from wait_out(waiter, clock, tend=tend))
 
 
-def _renewal(delay: float, pending: Lock | None, spec: HoldSpec) -> float:
-    """``delay``, cut so that a pending entry is renewed (by the next attempt) before it lapses."""
-    return delay if pending is None else min(delay, spec.lifetime / 3)
-
-
-def _document_of(pending: Lock | None, refusal: LockConflict) -> Any:
-    """The ``_id`` of the document that refused, when the server named it."""
-    if pending is not None:
-        return pending.document_id
-    return getattr(refusal, "document_id", None)
+def _waited_out(refusal: LockConflict, pending: Lock | None) -> bool:
+    """What an acquisition waits out: a refusal, its pending entry lapsed (registered anew)."""
+    if isinstance(refusal, CooperativeLock):
+        return True
+    return isinstance(refusal, LockNotFound) and pending is not None
 
 
 def _blockers(ops: LockOperations, tag: str) -> Blockers:
@@ -343,13 +301,53 @@ def extend_flow(
 ) -> Flow[LockError | None]:
     """Extend once and update the estimate; the error that tells the lock is lost, if any."""
     sent = clock.monotonic()
-    call = holding.spec.call._replace(tag=None, lock=holding.lock, limit=timeout)
+    call = holding.spec.call.held(holding.lock)._replace(limit=timeout)
     try:
         lock = yield from ops.extend(call, clock=clock)
     except LockError as err:
         return err
     holding.renewed(lock, sent)
     return None
+
+
+def tend_flow(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Flow[float]:
+    """Extend each of ``taken`` that is due; seconds until the next one is due.
+
+    What a lock set runs while it waits for its next key, and a held lock while it waits
+    to convert (the keep-alive stands aside meanwhile).
+
+    Due as the keep-alive has it: ``every`` seconds after its last extension was sent.
+    A lock found lost ends the wait with that lock's error.
+    """
+    soonest = float("inf")
+    for holding in taken:
+        spec = holding.spec
+        due = holding.expires - spec.lifetime + spec.every
+        if clock.monotonic() >= due:
+            error = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
+            if error is not None:
+                raise error
+            due = holding.expires - spec.lifetime + spec.every
+        soonest = min(soonest, due - clock.monotonic())
+    return max(soonest, 0.001)
+
+
+def convert_flow(
+    ops: LockOperations, holding: Holding, tag: object, *, wait: Duration | None, clock: Clock
+) -> Flow[tuple[Lock, float]]:
+    """The conversion of a held lock to ``tag``, its arguments checked now (nothing is sent).
+
+    With the hold's lifetime (its estimate and schedule are made for it), backoff, timeout
+    and write concern. While an upgrade waits, the locks a keep-alive would renew are
+    renewed between attempts (:func:`tend_flow`): the keep-alive stands aside meanwhile.
+    """
+    spec = holding.spec
+    call, waiting = ops.converting(spec.key, holding.lock, tag=tag, wait=wait)
+    call = call._replace(
+        lifetime_ms=round(spec.lifetime * 1000), limit=spec.call.limit, concern=spec.call.concern
+    )
+    tend = partial(tend_flow, ops, [holding], clock) if spec.keepalive else None
+    return ops.convert(call, clock=clock, wait=waiting, delays=spec.backoff.bounds, tend=tend)
 
 
 def renew_flow(
@@ -381,7 +379,7 @@ def release_flow(
     if not quiet and holding.error is None and clock.monotonic() >= holding.expires:
         lost = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
     try:
-        yield from ops.release(spec.call._replace(tag=None, lock=holding.lock), clock=clock)
+        yield from ops.release(spec.call.held(holding.lock), clock=clock)
     except LockNotFound as err:
         lost = lost or err
     except LockError as err:

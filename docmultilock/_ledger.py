@@ -3,7 +3,7 @@
 Every command is idempotent by lock id: an acquire retried after its reply was lost finds
 its own entry and answers as granted (or pending) again; an extend renews again. A release
 retried after a lost reply finds its entry gone; the :class:`Ledger` lets the release flow
-(``_operations``) tell that apart from a lock lost to expiry.
+(``_lock_flows``) tell that apart from a lock lost to expiry.
 """
 
 from __future__ import annotations

@@ -14,53 +14,60 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from docmultilock._calls import Call
+from docmultilock._calls import Acquisition, Continued, Conversion, Fresh, Held
 from docmultilock._command import Command
 from docmultilock._events import EventKind
 from docmultilock._failures import translate
 from docmultilock._flows import (
-    CLEANUP_LIMIT,
     Clock,
     Flow,
     Sent,
     ServerTime,
-    Sleep,
-    send,
 )
 from docmultilock._lock import Lock
-from docmultilock._operating import Operating, new_lock_id
+from docmultilock._operating import new_lock_id
 from docmultilock._plans import AcquirePlan, ConvertPlan
+from docmultilock._read_flows import ReadFlows
+from docmultilock._waiting import Tend, Waiter, wait_out
 from docmultilock._wording import in_the_way
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
     DbError,
+    LockConflict,
     LockConverted,
     LockError,
     LockNotFound,
     LockTimeout,
 )
 
-__all__ = ["LockFlows"]
+__all__ = ["LockOperations"]
 
 log = logging.getLogger("docmultilock")
 
 
-class LockFlows(Operating):
-    """Acquire, release and extend as flows (see :class:`~docmultilock._operating.Operating`)."""
+class LockOperations(ReadFlows):
+    """Every operation of one lock manager as a flow: checked arguments in, effects out.
 
-    def acquire(self, call: Call, *, clock: Clock, fair: bool = False) -> Flow[Lock]:
+    What a lock manager *is*, minus I/O: acquire, release, extend and convert here, the
+    reads (``_read_flows``) below, over one manager's state (``_operating``). The sync and
+    async managers, and ``hold()``, are thin shells that run these flows with their
+    driver; a decision written here is written once for both flavours.
+    """
+
+    def acquire(self, call: Acquisition, *, clock: Clock, fair: bool = False) -> Flow[Lock]:
         """Acquire ``call.tag`` on its key, or continue the pending ``call.lock``; one command.
 
         With ``fair`` (``hold(fair=True)``), a refusal holds a place in line: a pending
         entry, raised as :class:`AssertiveLock` to be continued.
         """
-        pending = call.lock
         user_filter = call.user_filter
-        target = user_filter if pending is None else self.target(call)
-        name = pending.tag if pending is not None else call.tag
-        assert name is not None, "a new lock's call names its tag"
-        lock_id = new_lock_id() if pending is None else pending.id
+        if isinstance(call, Continued):
+            pending: Lock | None = call.lock
+            target, lock_id = self.target(call), call.lock.id
+        else:
+            pending, target, lock_id = None, user_filter, new_lock_id()
+        name = call.tag
         plan = self.core.acquire(
             target,
             user_filter=user_filter,
@@ -70,26 +77,25 @@ class LockFlows(Operating):
             continuing=pending,
             fair=fair,
         )
-        limit, concern = call.limit, call.concern
         started = clock.monotonic()
         try:
-            reply = yield from send(
+            reply = yield from self.send_for(
+                call,
                 plan.command,
                 doing="acquire",
-                w=concern,
-                limit=limit,
+                tag=name,
+                started=started,
                 clock=clock,
-                on_retry=self.events.retrying(user_filter, name, started, clock.monotonic),
                 settle=pending is None,  # what _withdraw may follow
             )
             granted = self._granted(plan, reply, started, clock)
             if self.core.home.on_demand:
-                yield from self.index_once(limit)
+                yield from self.index_once(call.limit)
         except BaseException as exc:
             # Cancelled or interrupted with the command out, or before the caller saw its
             # grant: it may be applied, under an id nobody will ever hold. A continued
             # lock's caller keeps its id (and hold() releases it); a new one is withdrawn.
-            if pending is None and _interrupted(exc):
+            if isinstance(call, Fresh) and _interrupted(exc):
                 yield from self._withdraw(call, lock_id, clock=clock)
             raise
         return granted
@@ -129,7 +135,12 @@ class LockFlows(Operating):
         return granted
 
     def _withdraw(
-        self, call: Call, lock_id: str, *, clock: Clock, command: Command | None = None
+        self,
+        call: Fresh | Conversion,
+        lock_id: str,
+        *,
+        clock: Clock,
+        command: Command | None = None,
     ) -> Flow[None]:
         """Remove entry ``lock_id``, if there, after its acquisition was interrupted.
 
@@ -141,13 +152,12 @@ class LockFlows(Operating):
         """
         if command is None:
             command = self.core.withdrawal(
-                self.target(call), user_filter=call.user_filter, lock_id=lock_id
+                call.user_filter, user_filter=call.user_filter, lock_id=lock_id
             )
-        # Bounded even without an operation timeout: the caller is on its way out.
-        limit = CLEANUP_LIMIT if call.limit is None else call.limit
         try:
-            reply = yield from send(
-                command, doing="release", w=call.concern, limit=limit, clock=clock
+            # Bounded even without an operation timeout: the caller is on its way out.
+            reply = yield from self.send_for(
+                call, command, doing="release", tag=None, started=0.0, clock=clock, cleanup=True
             )
         except LockError as err:
             log.warning("could not withdraw the interrupted acquisition %s: %s", lock_id, err)
@@ -159,64 +169,63 @@ class LockFlows(Operating):
 
     def convert(
         self,
-        call: Call,
+        call: Conversion,
         *,
         clock: Clock,
         wait: float | None = None,
         delays: Callable[[int], tuple[float, float]] | None = None,
-    ) -> Flow[Lock]:
+        tend: Tend | None = None,
+    ) -> Flow[tuple[Lock, float]]:
         """Convert ``call.lock`` to ``call.tag``, one command per attempt (``_converting``).
 
         A pending upgrade raises :class:`AssertiveLock` at once, unless ``wait``: then it
-        is continued, sleeping a uniform draw from ``delays(attempt)`` (and short enough to
-        renew it) between attempts, until granted; when ``wait`` runs out, the pending
-        upgrade is withdrawn, the lock given is kept, and :class:`LockTimeout` is raised.
-        A refusal is raised at once, waiting or not: the entry in the way (another
-        holder's pending upgrade) may itself be waiting for the caller's lock to drain.
+        is continued (``_waiting``), sleeping a uniform draw from ``delays(attempt)`` (and
+        short enough to renew it) between attempts, until granted; when ``wait`` runs out,
+        the pending upgrade is withdrawn, the lock given is kept, and :class:`LockTimeout`
+        is raised. A refusal is raised at once, waiting or not: the entry in the way
+        (another holder's pending upgrade) may itself be waiting for the caller's lock to
+        drain. ``tend``: as :func:`~docmultilock._waiting.wait_out`'s (a hold renews there
+        the lock it converts). Returns the converted lock and when its command was sent.
         """
+        if wait is None:
+            sent = clock.monotonic()
+            return (yield from self._convert_once(call, clock)), sent
         held, tag = call.lock, call.tag
-        assert held is not None, "a conversion names its lock"
-        assert tag is not None, "a conversion names its new tag"
-        started = clock.monotonic()
-        pending: Lock | None = None
-        attempts = 0
-        try:
-            while True:
-                attempts += 1
-                try:
-                    return (yield from self._convert_once(call, clock))
-                except AssertiveLock as err:
-                    if wait is None:
-                        raise
-                    pending, last = err.lock, err
-                waited = clock.monotonic() - started
-                if waited >= wait:
-                    raise LockTimeout(
-                        f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
-                        f"after {waited:.3g} s and {attempts} attempts: {in_the_way(last)}, and "
-                        f"the {held.tag!r} lock is still held",
-                        filter=last.filter,
-                        attempts=attempts,
-                        waited=waited,
-                        blocking_tags=last.blocking_tags,
-                    ) from last
-                low, high = (0.05, 1.0) if delays is None else delays(attempts)
-                life = call.lifetime_ms or self.options.rules.lifetime_ms[tag]
-                yield Sleep(min(clock.uniform(low, high), wait - waited, life / 3000))
-        except BaseException:
-            if pending is not None:
-                # Never leave a pending upgrade behind: it refuses every new reader.
-                command = self.core.upgrade_withdrawal(
-                    self.target(call), user_filter=call.user_filter, pending=pending
-                )
-                yield from self._withdraw(call, pending.id, clock=clock, command=command)
-            raise
 
-    def _convert_once(self, call: Call, clock: Clock) -> Flow[Lock]:
+        def timed_out(last: LockConflict, waited: float, attempts: int) -> LockTimeout:
+            return LockTimeout(
+                f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
+                f"after {waited:.3g} s and {attempts} attempts: {in_the_way(last)}, and "
+                f"the {held.tag!r} lock is still held",
+                filter=last.filter,
+                attempts=attempts,
+                waited=waited,
+                blocking_tags=getattr(last, "blocking_tags", ()),
+            )
+
+        def give_up(pending: Lock, _renewed: float, _error: BaseException) -> Flow[None]:
+            # Never leave a pending upgrade behind: it refuses every new reader.
+            command = self.core.upgrade_withdrawal(
+                self.target(call), user_filter=call.user_filter, pending=pending
+            )
+            return self._withdraw(call, pending.id, clock=clock, command=command)
+
+        life = call.lifetime_ms or self.options.rules.lifetime_ms[tag]
+        waiter = Waiter(
+            # The server continues the pending upgrade of the lock converted: one command.
+            attempt=lambda _pending: self._convert_once(call, clock),
+            waits_out=_never,
+            timed_out=timed_out,
+            give_up=give_up,
+            wait=wait,
+            delays=_default_delays if delays is None else delays,
+            renew_within=life / 3000,
+        )
+        return (yield from wait_out(waiter, clock, tend=tend))
+
+    def _convert_once(self, call: Conversion, clock: Clock) -> Flow[Lock]:
         """One conversion command: the lock converted, recorded and told, or its error."""
         held, tag = call.lock, call.tag
-        assert held is not None, "a conversion names its lock"
-        assert tag is not None, "a conversion names its new tag"
         plan = self.core.convert(
             self.target(call),
             user_filter=call.user_filter,
@@ -231,27 +240,24 @@ class LockFlows(Operating):
         )
         return self._granted(plan, reply, started, clock)
 
-    def release(self, call: Call, *, clock: Clock) -> Flow[None]:
+    def release(self, call: Held, *, clock: Clock) -> Flow[None]:
         """Release ``call.lock``; a release whose earlier reply was lost is judged by the ledger."""
         held = call.lock
-        assert held is not None, "a release's call names its lock"
         user_filter, target = call.user_filter, self.target(call)
-        limit, concern = call.limit, call.concern
         ledger = self.ledger
         sent = Sent(unsure=ledger.was_unsure(held.id))
         started = clock.monotonic()
-        retrying = self.events.retrying(user_filter, held.tag, started, clock.monotonic)
 
         def sending(command: Command) -> Flow[Mapping[str, Any] | None]:
-            # Both commands of a release share its deadline and its record of lost replies.
-            return send(
+            # Both commands of a release share its record of lost replies.
+            return self.send_for(
+                call,
                 command,
                 doing="release",
-                w=concern,
-                limit=limit,
+                tag=held.tag,
+                started=started,
                 clock=clock,
                 sent=sent,
-                on_retry=retrying,
             )
 
         try:
@@ -273,7 +279,7 @@ class LockFlows(Operating):
             # (pruning takes only expired entries), so the release did happen. An operator's
             # break_lock may also have removed it meanwhile: reporting success is harmless
             # then, since the lock is gone either way.
-            if not (sent.unsure and (yield from self._unexpired(held.id, limit))):
+            if not (sent.unsure and (yield from self._unexpired(held.id, call.limit))):
                 ledger.forget(held.id)
                 self.report_lost(user_filter, held, started, clock, err)
                 raise
@@ -299,10 +305,9 @@ class LockFlows(Operating):
             raise translate(exc, "release", None) from exc
         return bool(now < expires_at)
 
-    def extend(self, call: Call, *, clock: Clock) -> Flow[Lock]:
+    def extend(self, call: Held, *, clock: Clock) -> Flow[Lock]:
         """Push ``call.lock``'s expiry to server-now plus its lifetime (or ``call``'s)."""
         held = call.lock
-        assert held is not None, "an extension's call names its lock"
         user_filter = call.user_filter
         plan = self.core.extend(
             self.target(call), user_filter=user_filter, lock=held, lifetime_ms=call.lifetime_ms
@@ -327,6 +332,16 @@ class LockFlows(Operating):
             duration=clock.monotonic() - started,
         )
         return extended
+
+
+def _never(_refusal: LockConflict, _pending: Lock | None) -> bool:
+    """A conversion waits out no refusal but its pending upgrade (see ``convert``)."""
+    return False
+
+
+def _default_delays(_attempt: int) -> tuple[float, float]:
+    """``convert(wait=...)``'s delays when none are given: 50 ms to 1 s."""
+    return (0.05, 1.0)
 
 
 def _interrupted(exc: BaseException) -> bool:

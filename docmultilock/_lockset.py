@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import bson
 from bson.binary import Binary
@@ -33,17 +33,17 @@ from bson.min_key import MinKey
 from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
-from docmultilock._calls import Call
+from docmultilock._calls import Acquisition, Held
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow
 from docmultilock._holding import (
     Holding,
     HoldSpec,
-    extend_flow,
     plan_hold,
+    tend_flow,
     wait_flow,
 )
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._wording import set_member
 from docmultilock.errors import InvalidArgument, LockError
 
@@ -165,11 +165,14 @@ def _identity(
     return order_key(named, codec)
 
 
+#: A call of one key of a set: its acquisition, or its release.
+C = TypeVar("C", Acquisition, Held)
+
 _MISSING = object()
 
 
 def canonical(
-    calls: Sequence[Call], codec_options: CodecOptions[Any]
+    calls: Sequence[Acquisition | Held], codec_options: CodecOptions[Any]
 ) -> tuple[list[tuple[Any, ...]], list[int]]:
     """Each call's order key (in the caller's order), and the canonical order of the calls.
 
@@ -202,7 +205,7 @@ def key_sequence(keys: object) -> Sequence[Any]:
     return keys
 
 
-def at_each(keys: Sequence[Any], parse: Callable[[Any], Call]) -> list[Call]:
+def at_each(keys: Sequence[Any], parse: Callable[[Any], C]) -> list[C]:
     """Each key's call, parsed by ``parse``; a refused key is named by its place in ``keys``."""
     calls = []
     for place, key in enumerate(keys):
@@ -256,7 +259,7 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
     """
     started = clock.monotonic()
     taken: list[Holding] = []
-    tend = partial(_tend, ops, taken, clock)
+    tend = partial(tend_flow, ops, taken, clock)
     try:
         for spec in locks.ordered:
             wait = spec.wait
@@ -274,27 +277,8 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
     return taken
 
 
-def _tend(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Flow[float]:
-    """Extend each lock taken so far that is due; seconds until the next one is due.
-
-    Due as the keep-alive has it: ``every`` seconds after its last extension was sent.
-    A lock found lost ends the set's wait with that lock's error.
-    """
-    soonest = float("inf")
-    for holding in taken:
-        spec = holding.spec
-        due = holding.expires - spec.lifetime + spec.every
-        if clock.monotonic() >= due:
-            error = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
-            if error is not None:
-                raise error
-            due = holding.expires - spec.lifetime + spec.every
-        soonest = min(soonest, due - clock.monotonic())
-    return max(soonest, 0.001)
-
-
 def release_all_flow(
-    ops: LockOperations, calls: Sequence[Call], *, order: Sequence[int], clock: Clock
+    ops: LockOperations, calls: Sequence[Held], *, order: Sequence[int], clock: Clock
 ) -> Flow[None]:
     """Release each of ``calls`` (the caller's order), in the reverse of canonical ``order``.
 

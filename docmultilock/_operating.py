@@ -2,9 +2,9 @@
 
 :class:`Operating` holds one manager's pure state (the core for its field, table and home,
 the ledger of what it saw granted, the listener's emitter) and the parsing of per-call
-arguments; the lock flows (``_lock_flows``) and the read-side flows (``_read_flows``) build
-on it, and ``_operations.LockOperations`` is the two together: what a lock manager *is*,
-minus I/O.
+arguments, and the one path every command goes out by (:meth:`Operating.send_for`). The
+read-side flows (``_read_flows``) build on it, and ``_lock_flows.LockOperations`` on
+those: what a lock manager *is*, minus I/O.
 """
 
 from __future__ import annotations
@@ -25,12 +25,22 @@ from docmultilock._args import (
     document_target,
     tag_or_only,
 )
-from docmultilock._calls import Call, new_call
-from docmultilock._command import Command, Filter, Home, Verdicts
+from docmultilock._calls import (
+    Acquisition,
+    AnyCall,
+    Continued,
+    Conversion,
+    Held,
+    Read,
+    new_continued,
+    new_fresh,
+    new_held,
+)
+from docmultilock._command import Command, Home, Verdicts
 from docmultilock._core import LockCore
 from docmultilock._events import Emitter, LockListener
 from docmultilock._failures import translate
-from docmultilock._flows import Clock, Flow, MakeTtlIndex, send
+from docmultilock._flows import CLEANUP_LIMIT, Clock, Flow, MakeTtlIndex, Sent, send
 from docmultilock._inspection import break_mode
 from docmultilock._ledger import Ledger
 from docmultilock._lock import Lock
@@ -141,7 +151,7 @@ class Operating:
 
     def acquiring(
         self, key: object, *, lock: object = None, **options: Unpack[NewLockOptions]
-    ) -> Call:
+    ) -> Acquisition:
         """The call of an acquisition: a new ``tag`` lock, or the pending ``lock`` continued."""
         user_filter = self.key_filter(key)
         tag = options.get("tag")
@@ -149,20 +159,18 @@ class Operating:
             raise InvalidArgument(
                 "give exactly one of tag= (a new lock) or lock= (continue a pending one)"
             )
-        pending = None if lock is None else check_lock(lock, self.options.rules)
-        name: str | None = None
-        if pending is None:
-            name = lived = tag_or_only(tag, self.options.rules)
-        else:
-            lived = pending.tag
-        return self._call(key, user_filter, name, pending, lived, options)
+        if lock is None:
+            name = tag_or_only(tag, self.options.rules)
+            return new_fresh((key, user_filter, name, *self._bounds(name, options)))
+        pending = check_lock(lock, self.options.rules)
+        return new_continued((key, user_filter, pending, *self._bounds(pending.tag, options)))
 
     def holding(
         self, key: object, lock: object, *, granted: bool, **options: Unpack[CallOptions]
-    ) -> Call:
+    ) -> Held:
         """The call of a release (``granted=False``) or an extension (``granted=True``)."""
         held = check_lock(lock, self.options.rules, granted=granted)
-        return self._call(key, self.key_filter(key), None, held, held.tag, options)
+        return new_held((key, self.key_filter(key), held, *self._bounds(held.tag, options)))
 
     def converting(
         self,
@@ -172,44 +180,27 @@ class Operating:
         tag: object,
         wait: Duration | None = None,
         **options: Unpack[CallOptions],
-    ) -> tuple[Call, float | None]:
-        """The call of a conversion, and how long to wait for a pending upgrade (or ``None``).
-
-        The call's ``tag`` is the new tag, its ``lock`` the one converted.
-        """
+    ) -> tuple[Conversion, float | None]:
+        """The call of a conversion, and how long to wait for a pending upgrade (or ``None``)."""
         held, wanted = check_conversion(lock, tag, self.options.rules)
-        call = self._call(key, self.key_filter(key), wanted, held, wanted, options)
+        call = Conversion(key, self.key_filter(key), held, wanted, *self._bounds(wanted, options))
         return call, None if wait is None else parse_duration(wait, "wait")
 
-    def _call(
-        self,
-        key: object,
-        user_filter: Filter,
-        tag: str | None,
-        lock: Lock | None,
-        lived: str,
-        options: CallOptions,
-    ) -> Call:
-        """A call of a write on ``key``, its overrides parsed (``lived``: the lifetime's tag)."""
+    def _bounds(
+        self, lived: str, options: CallOptions
+    ) -> tuple[int | None, float | None, int | str]:
+        """A write's lifetime (of tag ``lived``, if overridden), limit and write concern."""
         lock_timeout = options.get("lock_timeout")
-        return new_call(
-            (
-                key,
-                user_filter,
-                tag,
-                lock,
-                None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
-                self.limit(options.get("timeout")),
-                self.concern(options.get("w")),
-            )
+        return (
+            None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
+            self.limit(options.get("timeout")),
+            self.concern(options.get("w")),
         )
 
-    def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Call:
+    def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Read:
         """The call of a read (``inspect``, ``locked``): ``tag``, when given, is declared."""
         wanted = None if tag is None else check_tag(tag, self.options.rules)
-        return Call(
-            key, self.key_filter(key), wanted, None, None, self.limit(timeout), self.options.w
-        )
+        return Read(key, self.key_filter(key), wanted, self.limit(timeout), self.options.w)
 
     def breaking(
         self,
@@ -220,41 +211,52 @@ class Operating:
         everyone: bool = False,
         timeout: Duration | None = None,
         w: int | str | None = None,
-    ) -> tuple[Call, str, str | None]:
+    ) -> tuple[Read, str, str | None]:
         """The call of a break (or its preview), its mode, and the entry it names."""
         mode = break_mode(lock_id, all_expired, everyone)
-        call = Call(
-            key, self.key_filter(key), None, None, None, self.limit(timeout), self.concern(w)
-        )
+        call = Read(key, self.key_filter(key), None, self.limit(timeout), self.concern(w))
         return call, mode, lock_id if isinstance(lock_id, str) else None
 
-    def target(self, call: Call, lock: Lock | None = None) -> dict[str, Any]:
-        """The filter a command on ``call`` sends: the key's, pinned to the lock's document."""
-        held = call.lock if lock is None else lock
-        if held is None:
-            return call.user_filter
-        return document_target(call.user_filter, held.document_id, self.codec_options)
+    def target(self, call: Continued | Held | Conversion) -> dict[str, Any]:
+        """The filter a command on ``call``'s lock sends: the key's, pinned to its document."""
+        return document_target(call.user_filter, call.lock.document_id, self.codec_options)
 
     def send_for(
         self,
-        call: Call,
+        call: AnyCall,
         command: Command,
         *,
         doing: str,
         tag: str | None,
         started: float,
         clock: Clock,
+        sent: Sent | None = None,
+        settle: bool = False,
+        cleanup: bool = False,
     ) -> Flow[Mapping[str, Any] | None]:
-        """Send ``command`` within ``call``'s limit and concern; the listener hears of retries."""
-        return (
-            yield from send(
-                command,
-                doing=doing,
-                w=call.concern,
-                limit=call.limit,
-                clock=clock,
-                on_retry=self.events.retrying(call.user_filter, tag, started, clock.monotonic),
-            )
+        """Send ``command`` within ``call``'s limit and concern: every command's one path.
+
+        The listener hears of retries, unless ``cleanup`` (a withdrawal on the way out,
+        bounded by ``CLEANUP_LIMIT`` even without an operation timeout). ``sent`` and
+        ``settle`` are :func:`~docmultilock._flows.send`'s.
+        """
+        limit = call.limit
+        on_retry = None
+        if cleanup:
+            if limit is None:
+                limit = CLEANUP_LIMIT
+        else:
+            on_retry = self.events.retrying(call.user_filter, tag, started, clock.monotonic)
+        # Not a generator itself: ``send``'s own flow is returned, one frame less per yield.
+        return send(
+            command,
+            doing=doing,
+            w=call.concern,
+            limit=limit,
+            clock=clock,
+            sent=sent,
+            on_retry=on_retry,
+            settle=settle,
         )
 
     @staticmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from docmultilock._calls import Call
+from docmultilock._calls import Read
 from docmultilock._flows import Clock, Flow, aggregate
 from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._operating import Operating, new_lock_id
@@ -22,19 +22,19 @@ log = logging.getLogger("docmultilock")
 class ReadFlows(Operating):
     """Inspect, locked, preview_break and break_lock as flows."""
 
-    def inspect(self, call: Call, *, clock: Clock) -> Flow[LockSnapshot]:
+    def inspect(self, call: Read, *, clock: Clock) -> Flow[LockSnapshot]:
         """Read the call's lock field with the server's time; one read-only command."""
         plan = InspectPlan.make(self.core, call.user_filter)
         snapshot, _ = yield from self._read(plan, limit=call.limit, clock=clock)
         return snapshot
 
-    def locked(self, call: Call, *, clock: Clock) -> Flow[bool]:
+    def locked(self, call: Read, *, clock: Clock) -> Flow[bool]:
         """True when a granted, unexpired entry (of ``call.tag``, if given) holds its key."""
         snapshot = yield from self.inspect(call, clock=clock)
         return snapshot.locked(call.tag)
 
     def preview_break(
-        self, call: Call, *, mode: str, lock_id: str | None, clock: Clock
+        self, call: Read, *, mode: str, lock_id: str | None, clock: Clock
     ) -> Flow[tuple[LockSnapshot, tuple[HolderSnapshot, ...]]]:
         """The key's snapshot and what ``break_lock`` would remove now; nothing is written.
 
@@ -59,7 +59,7 @@ class ReadFlows(Operating):
         return snapshot, doomed
 
     def break_lock(
-        self, call: Call, *, mode: str, lock_id: str | None, clock: Clock
+        self, call: Read, *, mode: str, lock_id: str | None, clock: Clock
     ) -> Flow[tuple[HolderSnapshot, ...]]:
         """Remove entries from the key's lock field, keeping its fence; one command."""
         user_filter = call.user_filter

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from docmultilock._batches import AGAIN, Outcome, Renewal, outcomes
 from docmultilock._flows import Clock, Flow, aggregate, send_many
 from docmultilock._holding import Holding
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock.errors import LockError
 
 __all__ = ["renew_together"]

@@ -1,7 +1,7 @@
 """A lock command sent is seen through to its reply before a cancellation goes on.
 
 A flow cleans up after a cancellation (an acquisition whose reply never came is withdrawn,
-``_operations``). That cleanup must reach the server after the command it cleans up after:
+``_lock_flows``). That cleanup must reach the server after the command it cleans up after:
 were the cancelled command still queued there, it would be applied after the withdrawal
 and leave an entry nobody holds. So the async driver lets such a command (``Send.settle``:
 a new acquisition's) end before the cancellation goes into the flow: within the command's

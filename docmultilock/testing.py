@@ -203,7 +203,7 @@ class EmbeddedServer:
             # A session of its own: a Ctrl-C meant for the caller must not stop the server
             # before the caller has cleaned up; stop(), or this process's end, ends it.
             # stdin is the parent-watch pipe: nothing is written, its end of file counts.
-            self._process = subprocess.Popen(
+            self._process = process = subprocess.Popen(
                 self._command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -211,18 +211,17 @@ class EmbeddedServer:
                 start_new_session=True,
             )
         try:
-            self._wait_until_ready()
+            self._wait_until_ready(process)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_until_ready(self) -> None:
-        assert self._process is not None
+    def _wait_until_ready(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
+            if process.poll() is not None:
                 raise EmbeddedServerError(
-                    f"the embedded server exited with code {self._process.returncode}:\n"
+                    f"the embedded server exited with code {process.returncode}:\n"
                     + self.log_tail()
                 )
             with (
@@ -230,7 +229,7 @@ class EmbeddedServer:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
             ):
                 # A child that failed to bind exits: the answer then came from another server.
-                if self._answers_hello() and self._process.poll() is None:
+                if self._answers_hello() and process.poll() is None:
                     return
             time.sleep(0.1)
         raise EmbeddedServerError(

@@ -47,7 +47,6 @@ CORE = frozenset({
     "docmultilock._lock_flows",
     "docmultilock._wording",
     "docmultilock._operating",
-    "docmultilock._operations",
     "docmultilock._pipeline",
     "docmultilock._plans",
     "docmultilock._read_flows",
@@ -58,6 +57,7 @@ CORE = frozenset({
     "docmultilock._schema",
     "docmultilock._snapshot",
     "docmultilock._typing",
+    "docmultilock._waiting",
     "docmultilock.errors",
     "docmultilock.options",
 })  # fmt: skip

@@ -16,7 +16,7 @@ from docmultilock import CooperativeLock, DbError, LocksLeftBehind
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Send, Sleep
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from tests.test_flows import DOC, Script, entry, reply, write_ops
 
 #: The refusal a clean-up follows.

@@ -355,6 +355,39 @@ def test_a_held_upgrade_beside_a_reader_is_pending_and_the_read_lock_stays_held(
         assert not held.lost.is_set()
 
 
+def test_a_held_upgrade_waits_for_the_readers_to_drain_and_keeps_the_read_lock_alive(
+    rw: Place,
+) -> None:
+    other = take(rw, "read")
+    # The reader leaves after longer than the read lock's lifetime: the wait renews it.
+    releaser = threading.Timer(1.5, rw.locks.release, (rw.key, other))
+    with rw.locks.hold(
+        rw.key, tag="read", keepalive=True, lock_timeout=1.0, extend_every=0.2
+    ) as held:
+        releaser.start()
+        try:
+            upgraded = held.convert("write", wait=30.0)
+        finally:
+            releaser.join()
+        assert (upgraded.tag, upgraded.pending, held.lock.tag) == ("write", False, "write")
+        assert rw.home.count_documents(held.guard()) == 1
+        assert not held.lost.is_set()
+
+
+def test_a_held_upgrade_whose_wait_runs_out_is_withdrawn_and_the_read_lock_kept(
+    rw: Place,
+) -> None:
+    take(rw, "read")
+    with rw.locks.hold(rw.key, tag="read", keepalive=True, lock_timeout=10.0) as held:
+        with pytest.raises(LockTimeout) as raised:
+            held.convert("write", wait=0.2)
+        assert isinstance(raised.value.__cause__, AssertiveLock)
+        assert held.lock.tag == "read"
+        assert rw.home.count_documents(held.guard()) == 1
+        take(rw, "read")  # readers are let in again: nothing pending
+        assert not held.lost.is_set()
+
+
 def test_a_held_lock_downgraded_in_its_block_lets_readers_in(rw: Place) -> None:
     with rw.locks.hold(rw.key, tag="write", keepalive=True) as held:
         held.convert("read")

@@ -41,10 +41,17 @@ from docmultilock._flows import (
     Watch,
     send,
 )
-from docmultilock._holding import SAFETY_NET, Holding, plan_hold, release_flow, wait_flow
+from docmultilock._holding import (
+    SAFETY_NET,
+    Holding,
+    convert_flow,
+    plan_hold,
+    release_flow,
+    wait_flow,
+)
 from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._schema import load_options
 
@@ -593,6 +600,19 @@ def test_without_wait_a_pending_entry_is_released_and_the_refusal_raised() -> No
     with pytest.raises(AssertiveLock):
         script.run(wait_flow(ops, _spec(ops), script.clock))
     assert script.sent() == ["send", "send"]
+
+
+def test_a_held_upgrade_waits_with_the_holds_backoff() -> None:
+    ops = rw_ops()
+    script = Script([reply(entry("read"))])
+    read = script.run(ops.acquire(ops.acquiring(DOC, tag="read"), clock=script.clock))
+    holding = Holding(_spec(ops, tag="read", backoff=(0.1, 0.4)), read, sent=script.now)
+    pending = reply(entry("read"), entry("write", pending=True), tags=("read",))
+    upgraded = {**entry("write"), "fence": 8, "call": LOCK_ID}
+    script = Script([pending, pending, reply(upgraded)], now=script.now)
+    lock, _ = script.run(convert_flow(ops, holding, "write", wait=5.0, clock=script.clock))
+    assert (lock.tag, lock.fence) == ("write", 8)
+    assert script.draws == [(0.1, 0.2), (0.1, 0.4)]
 
 
 # -- hold(): the expiry estimate and the release at the end ---------------------------------

@@ -1,6 +1,6 @@
 """``convert()``, shared by every async lock manager: a thin shell over the conversion flow.
 
-The decision is the server's (``_converting``); the flow (``_lock_flows.LockFlows.convert``)
+The decision is the server's (``_converting``); the flow (``_lock_flows.LockOperations.convert``)
 sends one command per attempt. Here only the arguments are parsed and the flow run.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._backoff import check_backoff
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock.options import Duration
 
 __all__ = ["AsyncConverting"]
@@ -74,4 +74,5 @@ class AsyncConverting:
         )
         delays = check_backoff(backoff).bounds
         flow = self._ops.convert(call, clock=self._run.clock, wait=waiting, delays=delays)
-        return self._run.handed_out(self._ops, call, await self._run(flow))
+        lock, _ = await self._run(flow)
+        return self._run.handed_out(self._ops, call, lock)

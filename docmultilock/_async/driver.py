@@ -18,7 +18,7 @@ from pymongo.errors import CollectionInvalid, OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from docmultilock._async.wakeup import AsyncWatchers
-from docmultilock._calls import Call
+from docmultilock._calls import Acquisition, Conversion
 from docmultilock._command import SIMPLE_COLLATION, Command
 from docmultilock._failures import COMMAND_NOT_FOUND, already_made
 from docmultilock._flavour import unclaimed
@@ -38,7 +38,7 @@ from docmultilock._flows import (
     Watch,
 )
 from docmultilock._lock import Lock, as_utc
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._settle import AsyncSettle
 from docmultilock.errors import LockError
 from docmultilock.options import ErrorFactory, raised_for
@@ -205,14 +205,15 @@ class AsyncRunner:
         """Run ``flow``, its errors as they are (for the keep-alive and ``hold()``'s exits)."""
         return await run(flow, self.io, self.clock)
 
-    def handed_out(self, ops: LockOperations, call: Call, lock: Lock) -> Lock:
+    def handed_out(self, ops: LockOperations, call: Acquisition | Conversion, lock: Lock) -> Lock:
         """``lock``, granted by ``call``, as a public method hands it out.
 
         Entered by mistake (``with locks.acquire(...)``), it releases itself before it
         raises the ``TypeError`` (``_flavour.NotAHold``): the caller never received it.
         """
-        held = call._replace(tag=None, lock=lock)
-        return unclaimed(lock, lambda: self.unmapped(ops.release(held, clock=self.clock)))
+        return unclaimed(
+            lock, lambda: self.unmapped(ops.release(call.held(lock), clock=self.clock))
+        )
 
     def mapped(self, err: LockError) -> BaseException:
         """What a public method raises for ``err`` (:func:`~docmultilock.options.raised_for`)."""

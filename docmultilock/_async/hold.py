@@ -16,11 +16,18 @@ from typing import Any, Generic, Protocol, TypeVar
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._batches import AGAIN, Batching, Outcome
 from docmultilock._flavour import AsyncOnly
-from docmultilock._holding import Holding, HoldSpec, release_flow, renew_flow, wait_flow
+from docmultilock._holding import (
+    Holding,
+    HoldSpec,
+    convert_flow,
+    release_flow,
+    renew_flow,
+    wait_flow,
+)
 from docmultilock._keepalive import AsyncExtender, AsyncJob
 from docmultilock._lock import Lock
+from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import LockSet, take_all_flow
-from docmultilock._operations import LockOperations
 from docmultilock._renewing import renew_together
 from docmultilock._wording import held_upgrade_pending
 from docmultilock.errors import (
@@ -30,6 +37,7 @@ from docmultilock.errors import (
     LockError,
     LockNotFound,
 )
+from docmultilock.options import Duration
 
 __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
@@ -122,17 +130,17 @@ class AsyncHeldLock:
         self._lose(error)
         raise self._run.mapped(error)
 
-    async def convert(self, tag: str) -> Lock:
+    async def convert(self, tag: str, *, wait: Duration | None = None) -> Lock:
         """Convert this held lock to ``tag`` (an upgrade or a downgrade), and go on holding it.
 
-        As the manager's ``convert()`` decides, in one command, with the hold's lifetime,
-        timeout and write concern; from then on :meth:`guard`, the keep-alive and the exit
-        act on the converted lock. An upgrade beside other readers raises
-        :class:`~docmultilock.AssertiveLock` while this lock stays held (and kept alive) as
-        it was; call ``convert`` again to continue the pending upgrade before it lapses::
+        As the manager's ``convert()`` decides, with the hold's lifetime, backoff, timeout and
+        write concern; then :meth:`guard`, the keep-alive and the exit act on the converted lock.
+        Beside other readers an upgrade raises :class:`~docmultilock.AssertiveLock`, this lock
+        still held and kept alive; call ``convert`` again to continue it before it lapses, or
+        give ``wait`` seconds (run out, :class:`~docmultilock.LockTimeout`, the lock kept)::
 
             async with locks.hold({"_id": 1}, tag="read", keepalive=True) as held:
-                await held.convert("write")  # AssertiveLock while other readers hold it
+                await held.convert("write", wait=5)  # other readers drain first
                 held.require(await orders.update_one(held.guard(), change))
 
         Converting ``held.lock`` through the manager instead would leave this hold renewing
@@ -141,20 +149,12 @@ class AsyncHeldLock:
         :raises LockNotFound: the lock was lost (``lost`` is set).
         """
         holding = self._holding
-        spec = holding.spec
-        call, _ = self._ops.converting(spec.key, self.lock, tag=tag)
-        # The hold's own bounds, and its lifetime: its estimate and schedule are made for it.
-        call = call._replace(
-            lifetime_ms=round(spec.lifetime * 1000),
-            limit=spec.call.limit,
-            concern=spec.call.concern,
-        )
+        flow = convert_flow(self._ops, holding, tag, wait=wait, clock=self._run.clock)
         # No renewal of the old lock may race the conversion: it would find it gone.
-        if spec.keepalive:
+        if holding.spec.keepalive:
             await AsyncExtender.current().remove(self._job)
         try:
-            sent = self._run.clock.monotonic()
-            lock = await self._run.unmapped(self._ops.convert(call, clock=self._run.clock))
+            lock, sent = await self._run.unmapped(flow)
         except LockNotFound as err:
             self._lose(err)
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself

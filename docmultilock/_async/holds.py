@@ -19,6 +19,7 @@ from docmultilock._async.hold import AsyncHeldLock, AsyncHold, AsyncHoldAll
 from docmultilock._flavour import async_decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
+from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import (
     at_each,
     canonical,
@@ -27,7 +28,6 @@ from docmultilock._lockset import (
     release_all_flow,
     take_all_flow,
 )
-from docmultilock._operations import LockOperations
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
 from docmultilock.options import AcquireOptions, Duration, HoldOptions, WaitOptions

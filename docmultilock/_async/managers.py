@@ -1,7 +1,7 @@
 """The async lock managers on documents: thin shells that run the core's flows.
 
 Each public method parses its arguments once into a call (``_calls.Call``, checked by
-``_operating``), builds its flow (``_operations``), and has the manager's runner
+``_operating``), builds its flow (``_lock_flows``), and has the manager's runner
 (``driver.AsyncRunner``) run it and map its errors; no decision is made here.
 """
 
@@ -21,8 +21,8 @@ from docmultilock._flavour import own_methods
 from docmultilock._flows import SYSTEM_CLOCK, Clock
 from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
+from docmultilock._lock_flows import LockOperations
 from docmultilock._operating import describe
-from docmultilock._operations import LockOperations
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._typing import Unpack
 from docmultilock.options import (

@@ -2,7 +2,7 @@
 # Edit the async source and run `python tools/unasync.py`.
 """``convert()``, shared by every sync lock manager: a thin shell over the conversion flow.
 
-The decision is the server's (``_converting``); the flow (``_lock_flows.LockFlows.convert``)
+The decision is the server's (``_converting``); the flow (``_lock_flows.LockOperations.convert``)
 sends one command per attempt. Here only the arguments are parsed and the flow run.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from docmultilock._backoff import check_backoff
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._sync.driver import Runner
 from docmultilock.options import Duration
 
@@ -76,4 +76,5 @@ class Converting:
         )
         delays = check_backoff(backoff).bounds
         flow = self._ops.convert(call, clock=self._run.clock, wait=waiting, delays=delays)
-        return self._run.handed_out(self._ops, call, self._run(flow))
+        lock, _ = self._run(flow)
+        return self._run.handed_out(self._ops, call, lock)

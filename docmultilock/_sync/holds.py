@@ -19,6 +19,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 from docmultilock._flavour import decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
+from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import (
     at_each,
     canonical,
@@ -27,7 +28,6 @@ from docmultilock._lockset import (
     release_all_flow,
     take_all_flow,
 )
-from docmultilock._operations import LockOperations
 from docmultilock._sync.driver import Runner
 from docmultilock._sync.hold import HeldLock, Hold, HoldAll
 from docmultilock._typing import Unpack

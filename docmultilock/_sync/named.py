@@ -20,7 +20,7 @@ from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._command import NAMES
 from docmultilock._kinds import NAMED_LOCKS, manager_setup
 from docmultilock._lock import Lock
-from docmultilock._operations import LockOperations
+from docmultilock._lock_flows import LockOperations
 from docmultilock._sync.managers import LockManager
 from docmultilock._typing import Unpack
 from docmultilock.options import AcquireOptions, Duration, NamedLocksOptions
