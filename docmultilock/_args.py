@@ -6,16 +6,13 @@ import inspect
 import re
 import uuid
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
-import bson
-import bson.errors
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
-from bson.decimal128 import Decimal128
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
+from docmultilock._bson_identity import same_bson_value
 from docmultilock._lock import (
     LOCK_ID_PATTERN,
     MAX_DEPTH,
@@ -38,7 +35,6 @@ __all__ = [
     "check_name",
     "check_tag",
     "document_target",
-    "same_bson_value",
     "tag_or_only",
 ]
 
@@ -196,62 +192,6 @@ def _is_plain_value(value: object) -> bool:
     if isinstance(value, (Regex, re.Pattern)):
         return False
     return not (isinstance(value, Mapping) and any(str(k).startswith("$") for k in value))
-
-
-def _number(value: object) -> Decimal | None:
-    """``value`` as an exact decimal when BSON stores it as a number (a bool is not one)."""
-    if isinstance(value, Decimal128):
-        return value.to_decimal()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Decimal(value)
-    return None
-
-
-#: Types whose values match in MongoDB exactly when they are equal in Python (strings that
-#: UTF-8 can encode: ASCII ones are checked here, the rest take the encoding path).
-_EXACT = frozenset({str, int, ObjectId})
-
-
-def same_bson_value(
-    a: object, b: object, codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS
-) -> bool:
-    """Equality as MongoDB matches a value (an ``_id`` in a filter against a lock's document).
-
-    Numbers compare by value across BSON types (int, long, double, decimal), documents
-    field by field *in order*, arrays element by element, everything else as the same
-    BSON bytes, encoded with ``codec_options``: the collection's, as pymongo sends them
-    (a ``uuid.UUID`` is encoded by its ``uuid_representation``, a custom type by its
-    ``type_registry``).
-    """
-    if type(a) is type(b) and type(a) in _EXACT and (type(a) is not str or a.isascii()):
-        return bool(a == b)  # the same BSON type, whose Python equality is MongoDB's
-    number_a, number_b = _number(a), _number(b)
-    if number_a is not None or number_b is not None:
-        if number_a is None or number_b is None:
-            return False
-        if number_a.is_nan() or number_b.is_nan():
-            return number_a.is_nan() and number_b.is_nan()
-        return number_a == number_b
-    if isinstance(a, Mapping) or isinstance(b, Mapping):
-        return (
-            isinstance(a, Mapping)
-            and isinstance(b, Mapping)
-            and list(a) == list(b)
-            and all(same_bson_value(a[key], b[key], codec_options) for key in a)
-        )
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return (
-            isinstance(a, (list, tuple))
-            and isinstance(b, (list, tuple))
-            and len(a) == len(b)
-            and all(same_bson_value(x, y, codec_options) for x, y in zip(a, b, strict=True))
-        )
-    try:
-        return bson.encode({"v": a}, codec_options=codec_options) == bson.encode(
-            {"v": b}, codec_options=codec_options
-        )
-    except (bson.errors.BSONError, OverflowError, ValueError):
-        return False
 
 
 def document_target(

@@ -37,6 +37,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
 
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
+
+from docmultilock._bson_identity import stored_key
+
 __all__ = [
     "AGAIN",
     "AGAIN_PAUSE",
@@ -165,21 +169,23 @@ def outcomes(
     read: Sequence[Mapping[str, Any]] | None,
     *,
     estimate: Sequence[float],
+    codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
 ) -> list[Outcome]:
     """Each lock's outcome from the batch's ``modified`` count and, when short, the ``read``.
 
     ``estimate`` is each lock's new estimate if renewed (the send time plus its lifetime);
     ``read`` holds, per document found, ``i`` (its ``_id``), ``ours`` (its field is ours)
-    and ``live`` (the ids of its live, granted entries), as :func:`read_stages` projects.
+    and ``live`` (the ids of its live, granted entries), as :func:`read_stages` projects;
+    its ``_id``s are matched to the renewals' as stored (``codec_options``: the collection's).
     """
     if modified >= len(renewals):
         return list(estimate)
     if read is None:
         raise ValueError("a batch that renewed fewer documents than it named needs the read")
-    found = {_key(row["i"]): row for row in read}
+    found = {stored_key(row["i"], codec_options): row for row in read}
     result: list[Outcome] = []
     for renewal, renewed in zip(renewals, estimate, strict=True):
-        row = found.get(_key(renewal.document_id))
+        row = found.get(stored_key(renewal.document_id, codec_options))
         if row is None or not row.get("ours"):
             result.append(ALONE)  # deleted, or foreign: the single renewal names why
         elif renewal.lock_id in (row.get("live") or ()):
@@ -202,8 +208,3 @@ def resends(failed: Sequence[K], tries: int) -> list[tuple[K, ...]]:
         return [tuple(failed)]
     middle = (len(failed) + 1) // 2
     return [part for part in (tuple(failed[:middle]), tuple(failed[middle:])) if part]
-
-
-def _key(document_id: Any) -> Hashable:
-    """A hashable stand-in for a document's ``_id`` (which may be a document or a list)."""
-    return repr(document_id)

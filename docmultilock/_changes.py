@@ -41,9 +41,9 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from bson import encode
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 
+from docmultilock._bson_identity import stored_key
 from docmultilock._rules import TagRules
 
 __all__ = ["ANY_GRANTED", "MAX_AWAIT_MS", "Blockers", "Interest", "Interests", "stream_pipeline"]
@@ -53,17 +53,6 @@ __all__ = ["ANY_GRANTED", "MAX_AWAIT_MS", "Blockers", "Interest", "Interests", "
 MAX_AWAIT_MS = 100
 
 _arrivals = itertools.count()
-
-
-def _key(document_id: Any, codec_options: CodecOptions[Any]) -> bytes:
-    """``document_id`` as BSON bytes: equal where MongoDB's ``_id``s are.
-
-    Python calls ``1`` and ``True`` equal, and ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}``;
-    MongoDB tells both pairs apart. Every id here comes from the server, typed as stored,
-    decoded with the collection's ``codec_options``, which encode it back (a ``uuid.UUID``
-    needs its representation).
-    """
-    return encode({"_id": document_id}, codec_options=codec_options)
 
 
 class Blockers(NamedTuple):
@@ -115,7 +104,7 @@ class Interest:
         codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
     ) -> None:
         self.document_id = document_id
-        self.key = _key(document_id, codec_options)
+        self.key = stored_key(document_id, codec_options)
         self.exclusive = exclusive
         self.blockers = blockers
         self.entry = entry  # our pending entry's id
@@ -234,7 +223,7 @@ class Interests:
 
     def wake_all(self, ids: list[Any] | None = None) -> None:
         """Wake every waiter (of ``ids``): an event may have been missed."""
-        keys = None if ids is None else {_key(i, self.codec_options) for i in ids}
+        keys = None if ids is None else {stored_key(i, self.codec_options) for i in ids}
         for interest in self._all:
             if keys is None or interest.key in keys:
                 interest.wake()
@@ -245,7 +234,7 @@ class Interests:
         document = change.get("documentKey")
         if not isinstance(document, Mapping) or "_id" not in document:
             return
-        key = _key(document["_id"], self.codec_options)
+        key = stored_key(document["_id"], self.codec_options)
         waiting = self._of(key)
         if not waiting:
             return

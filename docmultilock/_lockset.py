@@ -18,21 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
 
-import bson
-from bson.binary import Binary
-from bson.code import Code
-from bson.codec_options import CodecOptions, DatetimeConversion
-from bson.datetime_ms import DatetimeMS
-from bson.decimal128 import Decimal128
-from bson.max_key import MaxKey
-from bson.min_key import MinKey
-from bson.objectid import ObjectId
-from bson.timestamp import Timestamp
+from bson.codec_options import CodecOptions
 
+from docmultilock._bson_identity import order_key
 from docmultilock._calls import Acquisition, Held
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow
@@ -52,69 +43,10 @@ __all__ = [
     "at_each",
     "canonical",
     "key_sequence",
-    "order_key",
     "plan_set",
     "release_all_flow",
     "take_all_flow",
 ]
-
-#: How the ids are read back to be ordered: dates as milliseconds (any BSON date fits),
-#: binary data of every subtype as ``Binary``, numbers as they are stored.
-_READ_BACK: CodecOptions[Any] = CodecOptions(datetime_conversion=DatetimeConversion.DATETIME_MS)
-
-# MongoDB's order of BSON types when comparing values of different types
-# (https://www.mongodb.com/docs/manual/reference/bson-type-comparison-order/).
-_MIN_KEY, _NULL, _NUMBER, _STRING, _OBJECT = 1, 2, 3, 4, 5
-_BINARY, _OBJECT_ID, _BOOLEAN, _DATE, _TIMESTAMP, _MAX_KEY = 7, 8, 9, 10, 11, 13
-
-
-def order_key(value: Any, codec_options: CodecOptions[Any]) -> tuple[Any, ...]:
-    """A sort key of an ``_id`` that orders and equates ids as MongoDB compares them.
-
-    The value is first encoded as pymongo sends it (``codec_options``: the collection's, so
-    a ``uuid.UUID`` or a custom type is ordered as what is stored), then read back. Numbers
-    compare by value across int, long, double and decimal (``1`` and ``1.0`` name one
-    document); strings by their UTF-8 bytes, which is code point order.
-
-    :raises InvalidArgument: a value that cannot be an ``_id`` one can order (an array, a
-        regular expression, JavaScript code).
-    """
-    try:
-        stored = bson.decode(bson.encode({"v": value}, codec_options=codec_options), _READ_BACK)
-    except Exception as exc:  # what bson refuses, in whichever way it refuses
-        raise InvalidArgument(f"cannot encode the _id {value!r}: {exc}") from exc
-    return _key(stored["v"], value)
-
-
-def _key(value: Any, given: Any) -> tuple[Any, ...]:
-    if isinstance(value, MinKey):
-        return (_MIN_KEY,)
-    if value is None:
-        return (_NULL,)
-    if isinstance(value, bool):
-        return (_BOOLEAN, value)
-    if isinstance(value, (int, float, Decimal128)):
-        number = value.to_decimal() if isinstance(value, Decimal128) else Decimal(value)
-        # NaN sorts below every other number, and equals itself (as MongoDB has it).
-        return (_NUMBER, 0) if number.is_nan() else (_NUMBER, 1, number)
-    if isinstance(value, str) and not isinstance(value, Code):  # Code is a str, not a string
-        return (_STRING, value.encode("utf-8"))
-    if isinstance(value, Mapping):
-        # Field by field, in order: each value's type, then the field's name, then the value.
-        fields = ((name, _key(field, given)) for name, field in value.items())
-        return (_OBJECT, tuple((key[0], name.encode("utf-8"), key) for name, key in fields))
-    if isinstance(value, (bytes, Binary)):
-        subtype = value.subtype if isinstance(value, Binary) else 0
-        return (_BINARY, len(value), subtype, bytes(value))
-    if isinstance(value, ObjectId):
-        return (_OBJECT_ID, value.binary)
-    if isinstance(value, DatetimeMS):
-        return (_DATE, int(value))
-    if isinstance(value, Timestamp):
-        return (_TIMESTAMP, value.time, value.inc)
-    if isinstance(value, MaxKey):
-        return (_MAX_KEY,)
-    raise InvalidArgument(f"a lock set cannot order the _id {given!r} ({type(given).__name__})")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

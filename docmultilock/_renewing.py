@@ -67,9 +67,8 @@ def renew_together(
     estimates = [sent + h.spec.lifetime for h in holdings]
     results: list[Outcome | LockError] = []
     took = clock.monotonic() - sent
-    for holding, outcome in zip(
-        holdings, outcomes(renewals, modified, read, estimate=estimates), strict=True
-    ):
+    judged = outcomes(renewals, modified, read, estimate=estimates, codec_options=ops.codec_options)
+    for holding, outcome in zip(holdings, judged, strict=True):
         lock, user_filter = holding.lock, holding.spec.call.user_filter
         if outcome is None:
             lost = core.judge.lost(lock, user_filter, "keep alive", holding.spec.member)

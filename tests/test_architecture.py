@@ -22,6 +22,7 @@ CORE = frozenset({
     "docmultilock._args",
     "docmultilock._backoff",
     "docmultilock._batches",
+    "docmultilock._bson_identity",
     "docmultilock._calls",
     "docmultilock._changes",
     "docmultilock._cleanup",

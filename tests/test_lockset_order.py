@@ -19,7 +19,7 @@ from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
 from docmultilock import InvalidArgument
-from docmultilock._lockset import order_key
+from docmultilock._bson_identity import order_key
 
 PLAIN: CodecOptions[Any] = CodecOptions()
 
