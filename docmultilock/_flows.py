@@ -10,7 +10,8 @@ the results and errors (``tests/test_flows.py``).
 Time and jitter come from one injected :class:`Clock`; sleeping is an effect, performed by
 the driver with the clock's sleep of its flavour.
 
-The flow every command goes through is :func:`send`: the transient-retry loop with its
+The flow every command goes through is :func:`send` (a read, :func:`aggregate`; a batch,
+:func:`send_many`), and each is the one transient-retry loop (``_retried``) with its
 deadline, the duplicate-key retry of a first upsert, and the re-read after an upsert that
 answered nothing.
 """
@@ -222,43 +223,18 @@ def send(
     until ``limit`` seconds have passed: every command is idempotent by lock id, so a retry
     of one that was applied finds its own work done (``sent`` records that a reply may have
     been lost). ``on_retry`` is told of each failure about to be retried. ``settle``: see
-    :class:`Send`.
+    :class:`Send`. The flow is :func:`_retried`'s, which every flow that sends runs.
     """
-    give_up, left = None, limit
-    if limit is not None:
-        give_up = clock.monotonic() + limit
-        left = max(limit, 0.001)  # what the first attempt has left: one clock read less
-    duplicate_retried = False
-    attempt = 0
-    while True:
-        try:
-            reply: Mapping[str, Any] | None = yield Send(command, w, left, settle)
-            if reply is None and command.upsert:
-                # SecantusDB workaround (docs/server.md): an upsert that lost the race to
-                # create the document is applied to the winner's document, yet answered
-                # with None. MongoDB never answers None to an upsert returning the new
-                # image, so this read happens on that server only. None is neither
-                # "granted" nor "nothing written": the document itself tells.
-                reply = yield Reread(command.filter, command.projection, left)
-            return reply
-        except DuplicateKeyError as exc:
-            # Two first acquirers of a name both tried to insert its document. MongoDB
-            # retries such an _id upsert itself (4.2+), but not in every topology: once
-            # more is enough, as the document now exists and the command becomes an update
-            # that decides as usual (the loser meets the winner's entry: a plain conflict).
-            if not command.upsert or duplicate_retried:
-                raise translate(exc, doing, command.named) from exc
-            duplicate_retried = True
-        except PyMongoError as exc:
-            if sent is not None:
-                sent.unsure = True
-            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, command.named, on_retry)
-            attempt += 1
-            yield Sleep(pause)
-        except UNENCODABLE as exc:
-            raise unencodable(exc) from exc
-        if give_up is not None:
-            left = max(give_up - clock.monotonic(), 0.001)
+    return _retried(
+        lambda left: Send(command, w, left, settle),
+        doing=doing,
+        filter=command.named,
+        limit=limit,
+        clock=clock,
+        on_retry=on_retry,
+        sent=sent,
+        upsert=command if command.upsert else None,
+    )
 
 
 #: What encoding raises before anything is sent: the caller's filter holds a value BSON
@@ -284,8 +260,8 @@ def _retry_or_raise(
     """The pause before retrying ``exc`` (failed attempt ``attempt``, from 0), once told.
 
     Raises the translated error instead when ``exc`` is not transient, the attempts are
-    used up, or the pause would pass the deadline ``give_up``. The one retry decision of
-    every flow that sends (:func:`send`, :func:`aggregate`).
+    used up, or the pause would pass the deadline ``give_up``. The retry decision of the
+    one loop every flow that sends runs (``_retried``).
     """
     pause = retry_pause(attempt)
     if (
@@ -355,21 +331,52 @@ def _retried(
     effect: Callable[[float | None], Effect],
     *,
     doing: str,
-    filter: Mapping[str, Any],  # noqa: A002
+    filter: Mapping[str, Any] | None,  # noqa: A002
     limit: float | None,
     clock: Clock,
     on_retry: Callable[[PyMongoError], object] | None,
+    sent: Sent | None = None,
+    upsert: Command | None = None,
 ) -> Flow[Any]:
-    """Yield ``effect(time left)`` until it succeeds, retrying transient failures."""
-    give_up = None if limit is None else clock.monotonic() + limit
+    """Yield ``effect(time left)`` until it succeeds: the one transient-retry loop.
+
+    Each transient failure marks ``sent`` unsure and is retried after a pause
+    (:func:`_retry_or_raise`) within ``limit``. For a command that may create its
+    document (``upsert``), also the duplicate-key retry of a first upsert and the re-read
+    after an upsert that answered nothing.
+    """
+    give_up, left = None, limit
+    if limit is not None:
+        give_up = clock.monotonic() + limit
+        left = max(limit, 0.001)  # what the first attempt has left: one clock read less
+    duplicate_retried = False
     attempt = 0
     while True:
-        left = None if give_up is None else max(give_up - clock.monotonic(), 0.001)
         try:
-            return (yield effect(left))
+            result = yield effect(left)
+            if result is None and upsert is not None:
+                # SecantusDB workaround (docs/server.md): an upsert that lost the race to
+                # create the document is applied to the winner's document, yet answered
+                # with None. MongoDB never answers None to an upsert returning the new
+                # image, so this read happens on that server only. None is neither
+                # "granted" nor "nothing written": the document itself tells.
+                result = yield Reread(upsert.filter, upsert.projection, left)
+            return result
+        except DuplicateKeyError as exc:
+            # Two first acquirers of a name both tried to insert its document. MongoDB
+            # retries such an _id upsert itself (4.2+), but not in every topology: once
+            # more is enough, as the document now exists and the command becomes an update
+            # that decides as usual (the loser meets the winner's entry: a plain conflict).
+            if upsert is None or duplicate_retried:
+                raise translate(exc, doing, filter) from exc
+            duplicate_retried = True
         except PyMongoError as exc:
+            if sent is not None:
+                sent.unsure = True
             pause = _retry_or_raise(exc, attempt, give_up, clock, doing, filter, on_retry)
             attempt += 1
             yield Sleep(pause)
         except UNENCODABLE as exc:
             raise unencodable(exc) from exc
+        if give_up is not None:
+            left = max(give_up - clock.monotonic(), 0.001)
