@@ -15,7 +15,7 @@ from docmultilock._layout import LAYOUT_VERSION, STORED_OR_NULL, any_of, first, 
 from docmultilock._pipeline import entry, is_ours, latest, next_fence, renew, state, unexpired
 from docmultilock._rules import TagRules
 
-__all__ = ["acquire_body", "capped", "decision", "granted_of", "lone"]
+__all__ = ["acquire_body", "decision", "granted_of"]
 
 
 def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
@@ -24,15 +24,6 @@ def _tags_met(tags: Expr, wanted: frozenset[str]) -> Expr:
         (only,) = wanted
         return contains(tags, literal(only))
     return is_non_empty({"$setIntersection": [tags, literal(sorted(wanted))]})
-
-
-def capped(rules: TagRules, tag: str) -> bool:
-    """True when ``tag`` may join other live entries, so the holder cap can refuse it.
-
-    A tag cooperative with every tag (WriteLock's ``write``) is refused by any live entry
-    before the cap could matter: its pipeline leaves the cap out.
-    """
-    return rules.cooperative[tag] != rules.tags
 
 
 def granted_of(entries: Expr, tag: str) -> Expr:
@@ -78,7 +69,7 @@ def _fresh_decision(rules: TagRules, tag: str, *, clock: bool, max_holders: int)
     if rules.cooperative[tag]:
         # A cooperative tag is live: refuse, recording nothing.
         unchanged.append(_tags_met(tags, rules.cooperative[tag]))
-    if capped(rules, tag):
+    if rules.capped(tag):
         # A new entry beyond ``max_holders`` is refused, recording nothing: the field (and
         # the user's document with it) must not grow until it hits MongoDB's 16 MiB limit.
         unchanged.append({"$gte": [{"$size": "$$live"}, max_holders]})
@@ -98,15 +89,6 @@ def _fresh_decision(rules: TagRules, tag: str, *, clock: bool, max_holders: int)
     grant = _grant({"$concatArrays": ["$$live", [entry(False, "$$granted")]]}, clock)
     decision = first(branches, grant)
     return let({"tags": each("$$live", "tag")}, decision) if both else decision
-
-
-def lone(rules: TagRules, tag: str) -> bool:
-    """True when ``tag`` is its table's only tag and refuses itself: every entry is of it.
-
-    Its fresh acquire has a pipeline of its own (:func:`_lone_tag_body`), and its replies
-    need not list the tags in the way: there is no other.
-    """
-    return rules.tags == {tag} and tag in rules.cooperative[tag]
 
 
 def _lone_tag_body(field: str, *, clock: bool) -> Expr:
@@ -190,7 +172,7 @@ def _continued_decision(
     # Continuing a lock that is gone (or whose stored tag is another): record nothing.
     gone = {"$and": [{"$not": ["$$has_mine"]}, {"$not": ["$$create"]}]}
     branches.append((gone, unchanged))
-    if capped(rules, tag):
+    if rules.capped(tag):
         # As many entries as allowed: record nothing.
         branches.append((full, unchanged))
     in_line = rules.cooperative[tag] | rules.assertive[tag]
@@ -257,7 +239,7 @@ def acquire_body(
     (``h``) and fence (``f``); the lock state is assembled from them once, after the
     decision, which keeps the pipeline small.
     """
-    if fresh and not fair and lone(rules, tag):
+    if fresh and not fair and rules.lone(tag):
         return _lone_tag_body(field, clock=clock)
     decide = decision(rules, tag, clock=clock, max_holders=max_holders, fresh=fresh, fair=fair)
     outcome = let({"r": decide}, state("$$r.h", "$$r.f", clock=clock))

@@ -79,7 +79,7 @@ class Blockers(NamedTuple):
         """What keeps a waiter of ``tag`` out, as the table says (``TagRules.in_the_way``).
 
         ``max_holders`` is the manager's, when the server's cap can refuse ``tag``
-        (``_acquiring.capped``).
+        (``TagRules.capped``).
         """
         granted, pending = rules.in_the_way(tag)
         limit = rules.limit(tag)

@@ -1,7 +1,7 @@
 """What the server decides for a conversion (``convert``): a held lock takes another tag.
 
 A conversion keeps the entry's id and is a grant: the fence grows. Two kinds, told apart
-from the tag table alone (:func:`is_downgrade`):
+from the tag table alone (``TagRules.is_downgrade``):
 
 * **A downgrade** (the default table's ``write`` to ``read``, or a tag to itself) conflicts
   with nothing the old tag did not: it is granted at once while the lock is held
@@ -49,19 +49,7 @@ from docmultilock._pipeline import (
 )
 from docmultilock._rules import TagRules
 
-__all__ = ["is_downgrade", "regrant_body", "upgrade_body", "withdrawal_body"]
-
-
-def is_downgrade(rules: TagRules, old: str, new: str) -> bool:
-    """True when ``new`` refuses or waits for no tag that ``old`` does not (a tag to itself too).
-
-    Such a conversion meets nothing the held lock did not already stand beside, so it is
-    granted at once; any other is decided as an acquisition of ``new``, and so is one to
-    another tag that has a limit (``lock_limits``): it takes a place under that limit.
-    """
-    if new != old and rules.limit(new) is not None:
-        return False  # a place under ``new``'s limit is an acquisition's to decide
-    return rules.in_the_way(new)[0] <= rules.in_the_way(old)[0]
+__all__ = ["regrant_body", "upgrade_body", "withdrawal_body"]
 
 
 def _unchanged(field: str, *, clock: bool) -> Expr:

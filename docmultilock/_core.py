@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from docmultilock._acquiring import acquire_body, lone
+from docmultilock._acquiring import acquire_body
 from docmultilock._batches import Renewal
 from docmultilock._command import (
     DEFAULT_MAX_HOLDERS,
@@ -34,7 +34,7 @@ from docmultilock._command import (
     Verdicts,
     encoded,
 )
-from docmultilock._converting import is_downgrade, regrant_body, upgrade_body, withdrawal_body
+from docmultilock._converting import regrant_body, upgrade_body, withdrawal_body
 from docmultilock._expr import SERVER_NOW, Expr, contains, literal
 from docmultilock._judge import Judge
 from docmultilock._layout import update_stages
@@ -109,9 +109,9 @@ class LockCore:
             for tag in rules.tags
         }
         self._fair: dict[str, Any] = {}  # fair bodies, encoded on first use
-        # Tags whose fresh acquire meets only entries of their own tag (``_acquiring.lone``):
+        # Tags whose fresh acquire meets only entries of their own tag (``TagRules.lone``):
         # its reply need not list the tags in the way.
-        self._lone = frozenset(tag for tag in rules.tags if lone(rules, tag))
+        self._lone = frozenset(tag for tag in rules.tags if rules.lone(tag))
         self._release = encoded(release_body(field, clock=clock))
         self._regrant = encoded(regrant_body(field, clock=clock))
         self._withdraw_upgrade = encoded(withdrawal_body(field, clock=clock))
@@ -295,7 +295,7 @@ class LockCore:
         default = self.rules.lifetime_ms[tag]
         common = {"id": literal(lock.id), "given": _given(lock), "call": literal(call)}
         body: Any
-        if not lock.pending and is_downgrade(self.rules, lock.tag, tag):
+        if not lock.pending and self.rules.is_downgrade(lock.tag, tag):
             body = self._regrant
             bindings: dict[str, Any] = {"tag": literal(lock.tag), "to": literal(tag)}
             bindings.update(ttl=lifetime_ms, dttl=default)

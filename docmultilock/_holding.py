@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from docmultilock._acquiring import capped
 from docmultilock._backoff import Backoff, check_backoff
 from docmultilock._calls import Acquisition
 from docmultilock._changes import Blockers
@@ -209,7 +208,7 @@ def wait_flow(
         return give_back_all(ops, [withdrawn], refusal, clock=clock)
 
     def watching(document_id: Any, entry: str | None) -> Watch:
-        field, exclusive = ops.core.field, _exclusive(ops, tag)
+        field, exclusive = ops.core.field, ops.options.rules.refuses_itself(tag)
         return Watch(document_id, field, exclusive, _blockers(ops, tag), entry, spec.fair)
 
     high = spec.backoff.high
@@ -237,13 +236,8 @@ def _waited_out(refusal: LockConflict, pending: Lock | None) -> bool:
 def _blockers(ops: LockOperations, tag: str) -> Blockers:
     """What keeps a waiter of ``tag`` out: the table's tags, its limit, the holder cap."""
     options = ops.options
-    most = options.max_holders if capped(options.rules, tag) else None
+    most = options.max_holders if options.rules.capped(tag) else None
     return Blockers.of_tag(options.rules, tag, most)
-
-
-def _exclusive(ops: LockOperations, tag: str) -> bool:
-    """True when ``tag`` excludes itself: a release can let one such waiter in, not several."""
-    return tag in ops.options.rules.cooperative[tag]
 
 
 class Holding:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from docmultilock._acquiring import capped
 from docmultilock._command import Command, Filter
 from docmultilock._judge import Judge
 from docmultilock._lock import Lock
@@ -63,10 +62,8 @@ class AcquirePlan(NamedTuple):
             lock = judge.to_lock(state.mine, state.document_id)
             if not lock.pending:
                 return lock
-            drains = judge.rules.assertive[self.tag]
-            if self.fair:  # in line: behind every tag in the way, cooperative ones too
-                drains = drains | judge.rules.cooperative[self.tag]
-            waiting = tuple(sorted(tags & drains))
+            # In a fair line: behind every tag in the way, cooperative ones too.
+            waiting = tuple(sorted(tags & judge.rules.drains(self.tag, fair=self.fair)))
             raise judge.pending(
                 lock,
                 self.user_filter,
@@ -91,7 +88,7 @@ class AcquirePlan(NamedTuple):
             )
         if self.continuing is not None:
             raise judge.lost(self.continuing, self.user_filter, "continue")
-        if capped(judge.rules, self.tag):
+        if judge.rules.capped(self.tag):
             raise TooManyHolders(
                 f"cannot lock {self.tag!r} on {judge.home.noun} {state.document_id!r}: it already "
                 f"has {judge.max_holders} holders and pending locks, the most max_holders allows",
@@ -196,7 +193,7 @@ class ConvertPlan(NamedTuple):
             raise judge.lost(given, self.user_filter, "convert")
         if new is not None:
             lock = judge.to_lock(new, found.document_id)
-            waiting = tuple(sorted(found.tags & judge.rules.assertive[self.tag]))
+            waiting = tuple(sorted(found.tags & judge.rules.drains(self.tag, fair=False)))
             raise judge.pending(
                 lock,
                 self.user_filter,
@@ -213,7 +210,7 @@ class ConvertPlan(NamedTuple):
             kept=f"; the {held[0]['tag']!r} lock is still held",
         )
         blocking = tuple(sorted(found.tags & judge.rules.cooperative[self.tag]))
-        if blocking or not capped(judge.rules, self.tag):
+        if blocking or not judge.rules.capped(self.tag):
             raise judge.verdicts.refused(
                 f"cannot convert lock {given.id} to {self.tag!r} on {judge.home.noun} "
                 f"{found.document_id!r}: held or pending by {', '.join(blocking)}; the "

@@ -118,7 +118,7 @@ class ReplyShape:
         # the embedded server, where ``$filter`` evaluates a comparison per entry), and list
         # the tags only when ours is not granted, the only time the reader needs them (the
         # set is sorted on the server). ``$$i`` is our index, bound per call.
-        self._shared = any(tag not in rules.cooperative[tag] for tag in rules.tags)
+        self._shared = rules.shared
         self._ids = encoded(each(stored, "id"))
         entry = {"$cond": [{"$gte": ["$$i", 0]}, {"$arrayElemAt": [stored, "$$i"]}, None]}
         untagged = {"e": "$$e"}
@@ -129,11 +129,7 @@ class ReplyShape:
         }
         # A tag with a limit (``lock_limits``): an acquisition's reply also counts its granted
         # entries, so that a refusal at the limit is told from the others in the same reply.
-        self._granted = {
-            tag: encoded(granted_of(self.holders, tag))
-            for tag in rules.tags
-            if rules.limit(tag) is not None
-        }
+        self._granted = {tag: encoded(granted_of(self.holders, tag)) for tag in rules.limited}
 
     # -- projections ------------------------------------------------------------------
 

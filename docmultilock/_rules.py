@@ -6,8 +6,9 @@ and the caller waits for them to drain. Tags with no relationship are concurrent
 limit (``lock_limits``) refuses it while that many entries of it are granted.
 
 The table is validated once here; the server-side decision (``_acquiring``), the reader of
-its answer (``_plans``) and the wake-up decision (``_changes``) take their tag sets from a
-:class:`TagRules`, so the rules exist in one place.
+its answer (``_plans``), the reply's shape (``_reply``), the conversion (``_converting``),
+the waiting flow (``_holding``) and the wake-up decision (``_changes``) take their tag sets
+and every predicate on tags from a :class:`TagRules`, so the rules exist in one place.
 """
 
 from __future__ import annotations
@@ -43,6 +44,60 @@ class TagRules:
         """Every declared tag."""
         return frozenset(self.lifetime_ms)
 
+    @property
+    def shared(self) -> bool:
+        """True when some tag shares (does not refuse itself): a field may hold many entries."""
+        return any(not self.refuses_itself(tag) for tag in self.lifetime_ms)
+
+    @property
+    def limited(self) -> frozenset[str]:
+        """The tags a limit can refuse (:meth:`limit` is not ``None``)."""
+        return frozenset(tag for tag in self.lifetime_ms if self.limit(tag) is not None)
+
+    def refuses_itself(self, tag: str) -> bool:
+        """True when ``tag`` is cooperative with itself: exclusive among its own.
+
+        A release then lets one waiter of ``tag`` in, not several (the wake-up's rule).
+        """
+        return tag in self.cooperative[tag]
+
+    def capped(self, tag: str) -> bool:
+        """True when ``tag`` may join other live entries, so the holder cap can refuse it.
+
+        A tag cooperative with every tag (WriteLock's ``write``) is refused by any live entry
+        before the cap could matter: its pipeline leaves the cap out.
+        """
+        return self.cooperative[tag] != self.tags
+
+    def lone(self, tag: str) -> bool:
+        """True when ``tag`` is the table's only tag and refuses itself: every entry is of it.
+
+        Its fresh acquire has a pipeline of its own (``_acquiring``), and its replies need
+        not list the tags in the way: there is no other.
+        """
+        return self.tags == {tag} and self.refuses_itself(tag)
+
+    def drains(self, tag: str, *, fair: bool) -> frozenset[str]:
+        """The tags whose entries a pending entry of ``tag`` waits for.
+
+        Those it is assertive with; in a fair line also those it is cooperative with, as it
+        waits behind every tag in the way.
+        """
+        if fair:
+            return self.assertive[tag] | self.cooperative[tag]
+        return self.assertive[tag]
+
+    def is_downgrade(self, old: str, new: str) -> bool:
+        """True when ``new`` refuses or waits for no tag ``old`` does not (a tag to itself too).
+
+        Such a conversion meets nothing the held lock did not already stand beside, so it is
+        granted at once; any other is decided as an acquisition of ``new``, and so is one to
+        another tag that has a limit (``lock_limits``): it takes a place under that limit.
+        """
+        if new != old and self.limit(new) is not None:
+            return False  # a place under ``new``'s limit is an acquisition's to decide
+        return self.in_the_way(new)[0] <= self.in_the_way(old)[0]
+
     def limit(self, tag: str) -> int | None:
         """The most granted entries of ``tag`` at once, when a limit can ever refuse it.
 
@@ -51,7 +106,7 @@ class TagRules:
         decision (``_acquiring``), the reader of its reply (``_plans``) and the wake-up
         decision (``_changes``) all read this one value.
         """
-        if tag in self.cooperative[tag]:
+        if self.refuses_itself(tag):
             return None
         return self.limits.get(tag)
 

@@ -10,7 +10,7 @@ import pytest
 
 from docmultilock._acquiring import decision
 from docmultilock._command import EXCLUSIVE, NAMES
-from docmultilock._converting import is_downgrade, upgrade_body
+from docmultilock._converting import upgrade_body
 from docmultilock._core import LockCore
 from docmultilock._lock import Lock
 from docmultilock._rules import READ_WRITE, build_rules
@@ -179,7 +179,7 @@ def test_a_missing_named_document_is_a_loss_not_resource_not_found() -> None:
     ],
 )
 def test_a_downgrade_is_a_conversion_that_meets_nothing_new(old: str, new: str, down: bool) -> None:
-    assert is_downgrade(CORE.rules, old, new) is down
+    assert CORE.rules.is_downgrade(old, new) is down
 
 
 def test_an_upgrade_is_decided_by_the_acquisitions_own_decision() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from docmultilock._rules import READ_WRITE, build_rules, check_relationships
+from docmultilock._rules import READ_WRITE, WRITE_ONLY, build_rules, check_relationships
 
 
 def test_the_readers_writer_table_is_sound() -> None:
@@ -90,3 +90,52 @@ def test_a_limit_on_a_tag_that_excludes_itself_never_binds() -> None:
     # One granted entry already refuses the next: the pipeline needs no count for it.
     rules = build_rules(READ_WRITE, {}, 1000, {"write": 2})
     assert rules.limit("write") is None
+
+
+RW = build_rules(READ_WRITE, {}, 1000, limits={"read": 3})
+ONLY = build_rules(WRITE_ONLY, {}, 1000)
+
+
+def test_a_tag_refuses_itself_when_cooperative_with_itself() -> None:
+    assert RW.refuses_itself("write")
+    assert not RW.refuses_itself("read")
+
+
+def test_a_table_shares_when_some_tag_does_not_refuse_itself() -> None:
+    assert RW.shared
+    assert not ONLY.shared
+
+
+def test_the_limited_tags_are_those_a_limit_can_refuse() -> None:
+    assert RW.limited == {"read"}
+    assert build_rules(READ_WRITE, {}, 1000, limits={"write": 1}).limited == frozenset()
+
+
+def test_a_tag_refused_by_every_tag_is_not_capped() -> None:
+    assert not ONLY.capped("write")
+    assert RW.capped("write")  # it joins read entries, pending
+    assert RW.capped("read")
+
+
+def test_a_lone_tag_is_the_only_one_and_refuses_itself() -> None:
+    assert ONLY.lone("write")
+    assert not RW.lone("write")
+    assert not build_rules({}, {"a": 1000}, 1000).lone("a")  # alone, but shares
+
+
+def test_a_pending_entry_drains_its_assertive_tags_or_in_a_fair_line_all_in_the_way() -> None:
+    assert RW.drains("write", fair=False) == {"read"}
+    assert RW.drains("write", fair=True) == {"read", "write"}
+    assert RW.drains("read", fair=True) == {"write"}
+
+
+def test_a_downgrade_meets_nothing_the_held_tag_did_not() -> None:
+    rules = build_rules(READ_WRITE, {}, 1000)
+    assert rules.is_downgrade("write", "read")
+    assert rules.is_downgrade("write", "write")
+    assert not rules.is_downgrade("read", "write")
+
+
+def test_a_conversion_to_another_limited_tag_is_never_a_downgrade() -> None:
+    assert not RW.is_downgrade("write", "read")
+    assert RW.is_downgrade("read", "read")

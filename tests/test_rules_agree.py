@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from pymongo.collection import Collection
 
 from docmultilock import AssertiveLock, CooperativeLock, MultiLock
-from docmultilock._acquiring import capped
 from docmultilock._changes import Blockers, Interest, Interests
 from docmultilock._rules import build_rules, check_relationships
 from tests.helpers import Doc
@@ -104,7 +103,7 @@ def stored_field(holders: list[tuple[str, bool]]) -> Doc:
 def woken(rules: Any, tag: str, field: Doc, document_id: int, max_holders: int) -> bool:
     """Whether a change leaving ``field`` on the document wakes a new waiter of ``tag``."""
     interests = Interests("lock")
-    most = max_holders if capped(rules, tag) else None
+    most = max_holders if rules.capped(tag) else None
     waiter = Interest(document_id, False, lambda: None, Blockers.of_tag(rules, tag, most))
     interests.add(waiter)
     interests.dispatch(
