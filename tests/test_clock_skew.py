@@ -27,6 +27,7 @@ from pymongo.collection import Collection
 
 from docmultilock import Lock, LockConflict, LockSchema, MultiLock, WriteLock
 from tests.helpers import server_now, skewed_clock, stored_lock, wait_until
+from tests.subjects import IN_DOCUMENTS
 
 Doc = dict[str, Any]
 
@@ -101,7 +102,7 @@ def skewed(
         process.stdout.close()
 
 
-@pytest.fixture(params=["WriteLock", "MultiLock"])
+@pytest.fixture(params=sorted(IN_DOCUMENTS))
 def kind(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name

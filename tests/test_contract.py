@@ -1,4 +1,9 @@
-"""Behaviour every lock class shares, run over WriteLock and MultiLock alike."""
+"""Behaviour every lock class shares, run over each manager where the contract applies.
+
+A contract about keys and locks runs over every manager (``subject``); one about the
+user's document (its filter, its other fields, a foreign value in its lock field) over
+WriteLock and MultiLock (``make``: ``tests.subjects.document_make``).
+"""
 
 from __future__ import annotations
 
@@ -23,24 +28,23 @@ from docmultilock import (
     LockError,
     MultiLock,
     ResourceNotFound,
-    WriteLock,
 )
-from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, CommandLog, stored_lock, user_fields
+from tests.subjects import DocumentMake, Subject
+from tests.subjects import DocumentManager as Manager
+from tests.subjects import Manager as AnyManager
 
 Doc = dict[str, Any]
-Manager = WriteLock | MultiLock
-Factory = Callable[..., Manager]
+Factory = DocumentMake
 
 
-@pytest.fixture(params=["WriteLock", "MultiLock"])
-def make(request: pytest.FixtureRequest, make_lock: MakeLock) -> Factory:
-    """Build either lock class, in either flavour, over a collection, with the same options."""
-    cls: type[Manager] = WriteLock if request.param == "WriteLock" else MultiLock
-    return lambda collection, **options: make_lock(cls, collection, **options)
+@pytest.fixture
+def make(document_make: DocumentMake) -> Factory:
+    """Build WriteLock or MultiLock, in either flavour, over a collection, with the same options."""
+    return document_make
 
 
-def take(locks: Manager, filter: Doc, **kwargs: Any) -> Lock:  # noqa: A002
+def take(locks: AnyManager, filter: Any, **kwargs: Any) -> Lock:  # noqa: A002
     """Acquire the exclusive lock, whichever the class (and flavour)."""
     if len(locks.options.rules.tags) > 1:
         return cast(MultiLock, locks).acquire(filter, tag="write", **kwargs)
@@ -93,30 +97,24 @@ def test_a_bad_filter_is_refused_before_anything_is_written(
 
 
 @pytest.mark.parametrize("bad", [True, -1, 0, "5", float("nan")])
-def test_a_bad_per_call_lock_timeout_is_refused(
-    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
-) -> None:
+def test_a_bad_per_call_lock_timeout_is_refused(subject: Subject, bad: Any) -> None:
     with pytest.raises(InvalidArgument, match="lock_timeout"):
-        take(locks, doc, lock_timeout=bad)
-    assert stored_lock(collection) is None
+        take(subject.locks, subject.key, lock_timeout=bad)
+    assert subject.stored() is None
 
 
 @pytest.mark.parametrize("bad", [True, -1, 0])
-def test_a_bad_per_call_timeout_is_refused(
-    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
-) -> None:
+def test_a_bad_per_call_timeout_is_refused(subject: Subject, bad: Any) -> None:
     with pytest.raises(InvalidArgument, match="timeout"):
-        take(locks, doc, timeout=bad)
-    assert stored_lock(collection) is None
+        take(subject.locks, subject.key, timeout=bad)
+    assert subject.stored() is None
 
 
 @pytest.mark.parametrize("bad", [0, False, -1])
-def test_an_unacknowledged_per_call_write_concern_is_refused(
-    locks: Manager, doc: Doc, collection: Collection[Doc], bad: Any
-) -> None:
+def test_an_unacknowledged_per_call_write_concern_is_refused(subject: Subject, bad: Any) -> None:
     with pytest.raises(InvalidArgument, match="w must"):
-        take(locks, doc, w=bad)
-    assert stored_lock(collection) is None
+        take(subject.locks, subject.key, w=bad)
+    assert subject.stored() is None
 
 
 def test_a_lock_from_another_document_is_refused(
@@ -142,26 +140,24 @@ def test_a_filter_that_no_longer_matches_the_locks_document_is_404(
     locks.release({"name": "original"}, lock)
 
 
-def test_a_lock_of_an_undeclared_tag_is_refused(locks: Manager, doc: Doc) -> None:
-    lock = take(locks, doc)
+def test_a_lock_of_an_undeclared_tag_is_refused(subject: Subject) -> None:
+    lock = take(subject.locks, subject.key)
     forged = Lock(**{**_fields(lock), "tag": "admin"})
     with pytest.raises(InvalidArgument, match="does not declare"):
-        locks.release(doc, forged)
+        subject.locks.release(subject.key, forged)
 
 
-def test_something_else_than_a_lock_is_refused(locks: Manager, doc: Doc) -> None:
+def test_something_else_than_a_lock_is_refused(subject: Subject) -> None:
     with pytest.raises(InvalidArgument, match=r"docmultilock\.Lock"):
-        locks.release(doc, {"id": "x"})  # type: ignore[arg-type]
+        subject.locks.release(subject.key, {"id": "x"})  # type: ignore[arg-type]
 
 
-def test_a_forged_lock_id_releases_nothing(
-    locks: Manager, doc: Doc, collection: Collection[Doc]
-) -> None:
-    lock = take(locks, doc)
+def test_a_forged_lock_id_releases_nothing(subject: Subject) -> None:
+    lock = take(subject.locks, subject.key)
     forged = Lock(**{**_fields(lock), "id": "f" * 32})
     with pytest.raises(LockConflict):
-        locks.release(doc, forged)
-    assert [h["id"] for h in stored_lock(collection)["holders"]] == [lock.id]
+        subject.locks.release(subject.key, forged)
+    assert [h["id"] for h in subject.holders()] == [lock.id]
 
 
 def _fields(lock: Lock) -> dict[str, Any]:
@@ -236,13 +232,11 @@ class Translated(Exception):
         self.status = err.status_code
 
 
-def test_error_factory_replaces_each_lock_error(
-    make: Factory, collection: Collection[Doc], doc: Doc
-) -> None:
-    locks = make(collection, error_factory=Translated)
-    take(locks, doc)
+def test_error_factory_replaces_each_lock_error(subject: Subject) -> None:
+    locks = subject.manager(error_factory=Translated)
+    take(locks, subject.key)
     with pytest.raises(Translated) as exc:
-        take(locks, doc)
+        take(locks, subject.key)
     assert exc.value.status == 409
     assert isinstance(exc.value.__cause__, LockConflict)
 
@@ -255,15 +249,15 @@ def test_error_factory_sees_404s_too(make: Factory, collection: Collection[Doc])
 
 
 def test_an_error_the_factory_passes_through_keeps_its_own_cause(
-    make: Factory, collection: Collection[Doc], doc: Doc, fail_point: Callable[..., None]
+    subject: Subject, fail_point: Callable[..., None]
 ) -> None:
     def only_conflicts(err: LockError) -> Exception:
         return Translated(err) if isinstance(err, LockConflict) else err
 
-    locks = make(collection, error_factory=only_conflicts)
+    locks = subject.manager(error_factory=only_conflicts)
     fail_point(errorCode=2)  # BadValue: not retried
     with pytest.raises(DbError) as exc:
-        take(locks, doc)
+        take(locks, subject.key)
     assert isinstance(exc.value.__cause__, OperationFailure)
 
 
@@ -276,23 +270,23 @@ def test_error_factory_leaves_bad_arguments_alone(
 
 
 def test_a_server_error_becomes_db_error_with_the_cause(
-    locks: Manager, doc: Doc, fail_point: Callable[..., None]
+    subject: Subject, fail_point: Callable[..., None]
 ) -> None:
     # Code 2 (BadValue) is not retryable: the error reaches the caller.
     fail_point(errorCode=2)
     with pytest.raises(DbError) as exc:
-        take(locks, doc)
+        take(subject.locks, subject.key)
     assert exc.value.status_code == 500
     assert exc.value.__cause__ is not None
     assert not isinstance(exc.value, DbTimeout)
 
 
 def test_an_operation_past_its_timeout_becomes_db_timeout(
-    locks: Manager, doc: Doc, fail_point: Callable[..., None]
+    subject: Subject, fail_point: Callable[..., None]
 ) -> None:
     fail_point(blockConnection=True, blockTimeMS=1500)
     with pytest.raises(DbTimeout) as exc:
-        take(locks, doc, timeout=0.3)
+        take(subject.locks, subject.key, timeout=0.3)
     assert isinstance(exc.value, TimeoutError)
     assert exc.value.status_code == 504
 
@@ -300,11 +294,9 @@ def test_an_operation_past_its_timeout_becomes_db_timeout(
 # -- server time -----------------------------------------------------------------------
 
 
-def test_expiry_is_stamped_by_the_server_not_the_client(
-    locks: Manager, doc: Doc, collection: Collection[Doc]
-) -> None:
-    lock = take(locks, doc, lock_timeout=5.0)
-    stored = stored_lock(collection)["holders"][0]
+def test_expiry_is_stamped_by_the_server_not_the_client(subject: Subject) -> None:
+    lock = take(subject.locks, subject.key, lock_timeout=5.0)
+    stored = subject.holders()[0]
     assert stored["expires"].replace(tzinfo=timezone.utc) == lock.expires_at
     assert abs(lock.acquired_at - datetime.now(timezone.utc)) < timedelta(minutes=5)
 

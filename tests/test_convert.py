@@ -29,6 +29,7 @@ from docmultilock import (
 )
 from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, CommandLog, server_now, user_fields, wait_until
+from tests.subjects import SUBJECTS, TAGGED, Subject
 
 Doc = dict[str, Any]
 Manager = WriteLock | MultiLock | NamedLocks
@@ -47,50 +48,28 @@ class Place(NamedTuple):
     home: Collection[Doc]
 
 
-TAGGED = ["MultiLock", "NamedLocks"]
-
-
-def tagged_place(
-    kind: str, make_lock: MakeLock, collection: Collection[Doc], table: dict[str, Any]
-) -> Place:
-    """A manager of ``kind`` with ``table`` and roomy lifetimes, and a key it locks."""
+def tagged_place(subject: Subject, table: dict[str, Any]) -> Place:
+    """The subject's manager with ``table`` and roomy lifetimes, and a key it locks."""
     timeouts = dict.fromkeys(table, 10.0)
-    if kind == "MultiLock":
-        collection.insert_one({"_id": 1, **USER_FIELDS})
-        locks = make_lock(MultiLock, collection, lock_timeouts=timeouts, lock_relationships=table)
-        return Place(locks, {"_id": 1}, collection)
-    names = make_lock(
-        NamedLocks,
-        collection.database,
-        collection.name,
-        lock_timeouts=timeouts,
-        lock_relationships=table,
-    )
-    return Place(names, "order-1", collection)
+    locks = subject.manager(lock_timeouts=timeouts, lock_relationships=table)
+    return Place(locks, subject.key, subject.collection)
 
 
-@pytest.fixture(params=TAGGED)
-def rw(request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
+def default_place(subject: Subject) -> Place:
+    """The subject's manager with its default table and roomy lifetimes, and a key it locks."""
+    return Place(subject.manager(lock_timeout=10.0), subject.key, subject.collection)
+
+
+@pytest.fixture
+def rw(tagged_subject: Subject) -> Place:
     """A readers-writer manager, with roomy lifetimes, and a key it locks."""
-    return tagged_place(request.param, make_lock, collection, READ_WRITE)
+    return tagged_place(tagged_subject, READ_WRITE)
 
 
-def default_place(kind: str, make_lock: MakeLock, collection: Collection[Doc]) -> Place:
-    """A manager of ``kind`` with its default table and roomy lifetimes, and a key it locks."""
-    if kind == "NamedLocks":
-        names = make_lock(NamedLocks, collection.database, collection.name, lock_timeout=10.0)
-        return Place(names, "order-1", collection)
-    collection.insert_one({"_id": 1, **USER_FIELDS})
-    cls = WriteLock if kind == "WriteLock" else MultiLock
-    return Place(make_lock(cls, collection, lock_timeout=10.0), {"_id": 1}, collection)
-
-
-@pytest.fixture(params=["WriteLock", "MultiLock", "NamedLocks"])
-def any_place(
-    request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
-) -> Place:
+@pytest.fixture
+def any_place(subject: Subject) -> Place:
     """Every manager with its default table, and a key it locks."""
-    return default_place(request.param, make_lock, collection)
+    return default_place(subject)
 
 
 def take(place: Place, tag: str, **options: Any) -> Lock:
@@ -185,11 +164,10 @@ AUDITED = {
 }
 
 
-@pytest.mark.parametrize("kind", TAGGED)
 def test_a_downgrade_is_granted_while_held_even_where_an_acquisition_is_refused(
-    kind: str, make_lock: MakeLock, collection: Collection[Doc]
+    tagged_subject: Subject,
 ) -> None:
-    place = tagged_place(kind, make_lock, collection, AUDITED)
+    place = tagged_place(tagged_subject, AUDITED)
     edit = place.locks.acquire(place.key, tag="edit")
     with pytest.raises(AssertiveLock):
         place.locks.acquire(place.key, tag="audit")
@@ -410,7 +388,7 @@ class Conversion(NamedTuple):
 
 #: Each conversion of each manager: to the same tag (every table), down and up (``rw``).
 CONVERSIONS = [
-    *[(kind, "write", "write", None) for kind in ("WriteLock", "MultiLock", "NamedLocks")],
+    *[(kind, "write", "write", None) for kind in sorted(SUBJECTS)],
     *[
         (kind, old, new, READ_WRITE)
         for kind in TAGGED
@@ -426,9 +404,10 @@ def conversion(
     request: pytest.FixtureRequest, make_lock: MakeLock, collection: Collection[Doc]
 ) -> Conversion:
     kind, old, new, table = request.param
+    subject = SUBJECTS[kind](make_lock, collection)
     if table is None:
-        return Conversion(default_place(kind, make_lock, collection), old, new)
-    return Conversion(tagged_place(kind, make_lock, collection, table), old, new)
+        return Conversion(default_place(subject), old, new)
+    return Conversion(tagged_place(subject, table), old, new)
 
 
 def converted(conversion: Conversion) -> tuple[Lock, Lock]:

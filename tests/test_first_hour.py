@@ -6,31 +6,26 @@ hold, a typo in a collection's name: each error says what happened and what to w
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from pymongo.collection import Collection
 
 from docmultilock import (
     AsyncWriteLock,
     LockNotFound,
-    MultiLock,
     ResourceNotFound,
     WriteLock,
 )
 from tests.flavours import MakeLock, Portal, Twins
 from tests.helpers import Doc
+from tests.subjects import Subject
 
 
-@pytest.mark.parametrize("cls", [WriteLock, MultiLock])
-def test_a_second_release_says_the_lock_may_already_have_been_released(
-    make_lock: MakeLock, collection: Collection[Doc], doc: Doc, cls: type[Any]
-) -> None:
-    locks = make_lock(cls, collection)
-    lock = locks.acquire(doc, **({} if cls is WriteLock else {"tag": "write"}))
-    locks.release(doc, lock)
+def test_a_second_release_says_the_lock_may_already_have_been_released(subject: Subject) -> None:
+    locks, key = subject.locks, subject.key
+    lock = subject.acquire()
+    locks.release(key, lock)
     with pytest.raises(LockNotFound, match="already released"):
-        locks.release(doc, lock)
+        locks.release(key, lock)
 
 
 def test_a_missing_document_names_the_collection_searched(

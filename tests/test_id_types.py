@@ -22,13 +22,13 @@ from pymongo.collection import Collection
 from docmultilock import (
     InvalidArgument,
     LockSchema,
-    MultiLock,
     ResourceNotFound,
     WriteLock,
 )
 from docmultilock.http import to_problem
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import MakeLock
+from tests.subjects import Build, Subject
 
 Doc = dict[str, Any]
 
@@ -57,21 +57,21 @@ def uuids(uri: str, collection: Collection[Doc], representation: str) -> Iterato
         client.close()
 
 
-@pytest.fixture(params=[WriteLock, MultiLock], ids=["WriteLock", "MultiLock"])
-def kind(request: pytest.FixtureRequest) -> type[WriteLock | MultiLock]:
-    made: type[WriteLock | MultiLock] = request.param
-    return made
+@pytest.fixture
+def uuid_subject(document_build: Build, uuids: Collection[Doc]) -> Subject:
+    """WriteLock or MultiLock over the collection seen with ``uuidRepresentation``."""
+    return document_build(uuids)
 
 
 @pytest.fixture
-def manager(kind: type[WriteLock | MultiLock], make_lock: MakeLock, uuids: Collection[Doc]) -> Any:
-    return make_lock(kind, uuids)
+def manager(uuid_subject: Subject) -> Any:
+    return uuid_subject.locks
 
 
 @pytest.fixture
-def tagged(kind: type[WriteLock | MultiLock]) -> dict[str, str]:
+def tagged(uuid_subject: Subject) -> dict[str, str]:
     """The ``tag=`` an acquisition gives: none for WriteLock, ``write`` in MultiLock's table."""
-    return {} if kind is WriteLock else {"tag": "write"}
+    return {} if uuid_subject.tag is None else {"tag": uuid_subject.tag}
 
 
 def _holders(manager: Any) -> list[Any]:

@@ -12,40 +12,32 @@ from typing import Any
 import pytest
 from pymongo.collection import Collection
 
-from docmultilock import AssertiveLock, Lock, MultiLock, NamedLocks, WriteLock
+from docmultilock import AssertiveLock, Lock, MultiLock
 from tests.helpers import server_now, stored_lock
+from tests.subjects import Manager, Subject
 
 Doc = dict[str, Any]
 
 
 class Scene:
-    """One lock manager and the key it locks, whichever the class."""
+    """One lock manager and the key it locks, whichever the class (and flavour)."""
 
-    def __init__(self, kind: str, collection: Collection[Doc]) -> None:
-        self.collection = collection
-        self.locks: WriteLock | MultiLock | NamedLocks
-        self.key: Any
-        if kind == "NamedLocks":
-            self.locks = NamedLocks(collection.database, collection.name, lock_timeout=30.0)
-            self.key = "job"
-        else:
-            collection.insert_one({"_id": 1})
-            self.key = {"_id": 1}
-            cls = WriteLock if kind == "WriteLock" else MultiLock
-            self.locks = cls(collection, lock_timeout=30.0)
+    def __init__(self, subject: Subject) -> None:
+        self.collection = subject.collection
+        self.locks: Manager = subject.manager(lock_timeout=30.0)
+        self.key: Any = subject.key
+        self.tagged: dict[str, str] = {} if subject.tag is None else {"tag": subject.tag}
 
     def acquire(self, **kwargs: Any) -> Lock:
-        if isinstance(self.locks, MultiLock):
-            return self.locks.acquire(self.key, tag="write", **kwargs)
-        return self.locks.acquire(self.key, **kwargs)
+        return self.locks.acquire(self.key, **self.tagged, **kwargs)  # type: ignore[arg-type]
 
     def extend(self, lock: Lock, **kwargs: Any) -> Lock:
         return self.locks.extend(self.key, lock, **kwargs)
 
 
-@pytest.fixture(params=["WriteLock", "MultiLock", "NamedLocks"])
-def scene(request: pytest.FixtureRequest, collection: Collection[Doc]) -> Scene:
-    return Scene(request.param, collection)
+@pytest.fixture
+def scene(subject: Subject) -> Scene:
+    return Scene(subject)
 
 
 def left(scene: Scene, lock: Lock) -> timedelta:

@@ -26,8 +26,8 @@ from docmultilock import (
     WriteLock,
 )
 from docmultilock._flows import Clock
-from tests.flavours import MakeLock
-from tests.helpers import NO_SLEEP, USER_FIELDS, Doc, Waiter, wait_until
+from tests.helpers import NO_SLEEP, Doc, Waiter, wait_until
+from tests.subjects import Build
 
 TABLE = {
     "view": {},
@@ -61,30 +61,15 @@ class Keyed(NamedTuple):
         return caught.value.lock
 
 
-@pytest.fixture(params=["MultiLock", "NamedLocks"])
-def manager(request: pytest.FixtureRequest) -> str:
-    kind: str = request.param
-    return kind
-
-
 @pytest.fixture
-def make(manager: str, make_lock: MakeLock, collection: Collection[Doc]) -> Callable[..., Keyed]:
+def make(tagged_build: Build, collection: Collection[Doc]) -> Callable[..., Keyed]:
     """Build the manager under test, in the test's flavour, with the limited table."""
 
     def build(**options: Any) -> Keyed:
         options = {"lock_relationships": TABLE, "lock_limits": LIMITS, **options}
-        if manager == "MultiLock":
-            collection.insert_one({"_id": 1, **USER_FIELDS})
-            return Keyed(
-                make_lock(MultiLock, collection, **options),
-                {"_id": 1},
-                lambda: collection.find_one({"_id": 1}),
-            )
-        return Keyed(
-            make_lock(NamedLocks, collection.database, collection.name, **options),
-            "nightly-export",
-            lambda: collection.find_one({"_id": "nightly-export"}),
-        )
+        subject = tagged_build(collection)
+        place = subject.state(subject.key)
+        return Keyed(subject.manager(**options), subject.key, lambda: collection.find_one(place))
 
     return build
 
