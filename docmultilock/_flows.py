@@ -80,8 +80,8 @@ class Send:
 
     command: Command
     w: int | str
+    settle: bool
     timeout: float | None
-    settle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,14 +226,14 @@ def send(
     :class:`Send`. The flow is :func:`_retried`'s, which every flow that sends runs.
     """
     return _retried(
-        lambda left: Send(command, w, left, settle),
+        Send,
+        (command, w, settle),
         doing=doing,
-        filter=command.named,
         limit=limit,
         clock=clock,
         on_retry=on_retry,
         sent=sent,
-        upsert=command if command.upsert else None,
+        command=command,
     )
 
 
@@ -293,7 +293,8 @@ def aggregate(
     ``filter`` into :class:`~docmultilock.InvalidArgument`.
     """
     documents: list[Mapping[str, Any]] = yield from _retried(
-        lambda left: Aggregate(pipeline, left),
+        Aggregate,
+        (pipeline,),
         doing=doing,
         filter=filter,
         limit=limit,
@@ -317,7 +318,8 @@ def send_many(
     renewal is idempotent (a second one renews the same entries again).
     """
     modified: int = yield from _retried(
-        lambda left: SendMany(command, w, left),
+        SendMany,
+        (command, w),
         doing=doing,
         filter=command.filter,
         limit=limit,
@@ -328,22 +330,24 @@ def send_many(
 
 
 def _retried(
-    effect: Callable[[float | None], Effect],
+    make: Callable[..., Effect],
+    args: tuple[Any, ...],
     *,
     doing: str,
-    filter: Mapping[str, Any] | None,  # noqa: A002
     limit: float | None,
     clock: Clock,
     on_retry: Callable[[PyMongoError], object] | None,
     sent: Sent | None = None,
-    upsert: Command | None = None,
+    command: Command | None = None,
+    filter: Mapping[str, Any] | None = None,  # noqa: A002
 ) -> Flow[Any]:
-    """Yield ``effect(time left)`` until it succeeds: the one transient-retry loop.
+    """Yield ``make(*args, time left)`` until it succeeds: the one transient-retry loop.
 
     Each transient failure marks ``sent`` unsure and is retried after a pause
-    (:func:`_retry_or_raise`) within ``limit``. For a command that may create its
-    document (``upsert``), also the duplicate-key retry of a first upsert and the re-read
-    after an upsert that answered nothing.
+    (:func:`_retry_or_raise`) within ``limit``. An error names ``filter``, or the
+    ``command``'s (a ``findAndModify``); for a command that may create its document (an
+    upsert), also the duplicate-key retry of a first upsert and the re-read after an upsert
+    that answered nothing.
     """
     give_up, left = None, limit
     if limit is not None:
@@ -353,30 +357,36 @@ def _retried(
     attempt = 0
     while True:
         try:
-            result = yield effect(left)
-            if result is None and upsert is not None:
+            result = yield make(*args, left)
+            if result is None and command is not None and command.upsert:
                 # SecantusDB workaround (docs/server.md): an upsert that lost the race to
                 # create the document is applied to the winner's document, yet answered
                 # with None. MongoDB never answers None to an upsert returning the new
                 # image, so this read happens on that server only. None is neither
                 # "granted" nor "nothing written": the document itself tells.
-                result = yield Reread(upsert.filter, upsert.projection, left)
+                result = yield Reread(command.filter, command.projection, left)
             return result
         except DuplicateKeyError as exc:
             # Two first acquirers of a name both tried to insert its document. MongoDB
             # retries such an _id upsert itself (4.2+), but not in every topology: once
             # more is enough, as the document now exists and the command becomes an update
             # that decides as usual (the loser meets the winner's entry: a plain conflict).
-            if upsert is None or duplicate_retried:
-                raise translate(exc, doing, filter) from exc
+            if command is None or not command.upsert or duplicate_retried:
+                raise translate(exc, doing, _named(command, filter)) from exc
             duplicate_retried = True
         except PyMongoError as exc:
             if sent is not None:
                 sent.unsure = True
-            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, filter, on_retry)
+            named = _named(command, filter)
+            pause = _retry_or_raise(exc, attempt, give_up, clock, doing, named, on_retry)
             attempt += 1
             yield Sleep(pause)
         except UNENCODABLE as exc:
             raise unencodable(exc) from exc
         if give_up is not None:
             left = max(give_up - clock.monotonic(), 0.001)
+
+
+def _named(command: Command | None, given: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The filter an error names: the command's (the caller's), or the one ``given``."""
+    return given if command is None else command.named
