@@ -27,6 +27,7 @@ from docmultilock import (
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import MakeLock
 from tests.helpers import USER_FIELDS, server_now, stored_lock, user_fields, wait_until
+from tests.subjects import Build
 
 Doc = dict[str, Any]
 Arm = Callable[..., None]
@@ -218,24 +219,15 @@ RW_TABLE: dict[str, Any] = {
 }
 
 
-@pytest.fixture(params=["MultiLock", "NamedLocks"])
+@pytest.fixture
 def rw_unretried(
-    request: pytest.FixtureRequest, make_lock: MakeLock, uri: str, collection: Collection[Doc]
+    tagged_build: Build, uri: str, collection: Collection[Doc]
 ) -> Iterator[tuple[Any, Any]]:
     """A readers-writer manager whose client leaves retries to docmultilock, and its key."""
     client: MongoClient[Doc] = MongoClient(uri, retryWrites=False, **CLIENT_OPTIONS)
     try:
-        if request.param == "NamedLocks":
-            yield (
-                make_lock(
-                    NamedLocks, client[collection.database.name], collection.name, **RW_TABLE
-                ),
-                "job",
-            )
-        else:
-            collection.insert_one({"_id": 1, **USER_FIELDS})
-            where = client[collection.database.name][collection.name]
-            yield make_lock(MultiLock, where, **RW_TABLE), {"_id": 1}
+        subject = tagged_build(client[collection.database.name][collection.name])
+        yield subject.manager(**RW_TABLE), subject.key
     finally:
         client.close()
 
