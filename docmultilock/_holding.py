@@ -20,9 +20,10 @@ alive through ``_keepalive``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -32,6 +33,7 @@ from docmultilock._calls import Acquisition
 from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Watch
+from docmultilock._ledger import Stamp
 from docmultilock._lock import Lock
 from docmultilock._lock_flows import LockOperations
 from docmultilock._waiting import Tend, Waiter, wait_out
@@ -241,22 +243,27 @@ def _blockers(ops: LockOperations, tag: str) -> Blockers:
 
 
 class Holding:
-    """What a holder knows of its lock: the lock, a conservative expiry estimate, the loss.
+    """One held lock's state, and its one owner: the lock, the expiry estimate, the loss.
 
-    Thread-safe: the keep-alive updates it while the block reads it. ``expires`` is on the
-    flow clock's timeline and never later than the server's expiry.
+    Every renewal, whatever sent it (a lone extension, a batch, a conversion), is recorded
+    by :meth:`renewed`; the loss, whoever found it, by :meth:`lose`. Thread-safe: the
+    keep-alive updates it while the block reads it. ``expires`` is on the flow clock's
+    timeline and never later than the server's expiry; so is ``lock.expires_at`` on the
+    server's (a lower bound after a batch renewal, as the ledger's).
     """
 
-    def __init__(self, spec: HoldSpec, lock: Lock, sent: float) -> None:
+    def __init__(self, spec: HoldSpec, lock: Lock, sent: float, *, read: float) -> None:
         self.spec = spec
         self._guard = threading.Lock()
         self._lock = lock
+        self._stamp = Stamp.read_at(lock.expires_at, read)
         self._expires = sent + spec.lifetime
+        self._tell: tuple[Callable[[], None], ...] = ()
         self.error: LockError | None = None
 
     @property
     def lock(self) -> Lock:
-        """The current lock (a new value after each lone extension, not a batch renewal)."""
+        """The current lock: a new value after each renewal."""
         with self._guard:
             return self._lock
 
@@ -266,28 +273,45 @@ class Holding:
         with self._guard:
             return self._expires
 
-    def renewed(self, lock: Lock, sent: float) -> None:
-        """Record an extension sent at ``sent`` that the server answered with ``lock``."""
-        with self._guard:
-            self._lock = lock
-            self._expires = sent + self.spec.lifetime
+    def renewed(self, sent: float, *, read: float, lock: Lock | None = None) -> Lock:
+        """Record a renewal sent at ``sent`` and answered at ``read``; the lock it leaves.
 
-    def extended(self, sent: float) -> None:
-        """Record a batch renewal sent at ``sent``: the estimate moves, the lock value stays.
-
-        A batch's reply holds counts, not entries, so ``lock.expires_at`` keeps the value
-        of the last lone extension (or the grant); the estimate is what the keep-alive uses.
+        ``lock`` is the server's answer (a lone extension, a conversion). A batch's reply
+        holds counts, not entries: without ``lock``, ``expires_at`` moves on as a lower
+        bound (:class:`~docmultilock._ledger.Stamp`). A renewal answered late, after a
+        later one, moves nothing back.
         """
         with self._guard:
-            self._expires = sent + self.spec.lifetime
+            if lock is None:
+                self._stamp = self._stamp.batch_renewed(sent)
+                expiry = self._stamp.expiry
+                if expiry > self._lock.expires_at:
+                    self._lock = dataclasses.replace(self._lock, expires_at=expiry)
+            else:
+                self._lock, self._stamp = lock, Stamp.read_at(lock.expires_at, read)
+            self._expires = max(self._expires, sent + self.spec.lifetime)
+            return self._lock
 
-    def lose(self, error: LockError) -> bool:
-        """Record the loss; True the first time only (the one to report)."""
+    def tell_loss_to(self, *signals: Callable[[], None]) -> None:
+        """Call each of ``signals`` when the lock is lost (a holder's ``lost`` events)."""
+        self._tell = signals
+
+    def lose(self, error: LockError) -> None:
+        """Record the loss once: the signals, a warning, then ``on_lost`` (errors logged)."""
         with self._guard:
             if self.error is not None:
-                return False
+                return
             self.error = error
-            return True
+            lock = self._lock
+        for signal in self._tell:
+            signal()
+        log.warning("lock %s (%r) on %r lost: %s", lock.id, lock.tag, self.spec.key, error)
+        on_lost = self.spec.on_lost
+        if on_lost is not None:
+            try:
+                on_lost(lock, error)
+            except Exception:
+                log.exception("on_lost raised for lock %s; ignored", lock.id)
 
 
 def extend_flow(
@@ -300,7 +324,7 @@ def extend_flow(
         lock = yield from ops.extend(call, clock=clock)
     except LockError as err:
         return err
-    holding.renewed(lock, sent)
+    holding.renewed(sent, read=clock.monotonic(), lock=lock)
     return None
 
 

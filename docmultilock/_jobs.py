@@ -64,12 +64,15 @@ class _Job(Generic[E, R]):
         extend: Callable[[float], E],
         lose: Callable[[], None],
         *,
+        holding: object,
         lead: float,
         name: str,
         batching: Batching | None = None,
         together: Callable[[Sequence[Any], float], R] | None = None,
     ) -> J:
         """A job that holds its holder (the owner of the bound methods) weakly.
+
+        ``holding`` is what ``together`` renews: the held lock's state, also held weakly.
 
         A ``hold()`` dropped without its exit (never left, then garbage-collected) is no
         longer renewed: its next renewal finds it gone, logs a warning naming ``name``,
@@ -83,7 +86,7 @@ class _Job(Generic[E, R]):
             lead,
             batching,
             together,
-            _owner(extending),
+            weakref.ref(holding),
             name,
         )
 
@@ -136,16 +139,6 @@ def _lose_weakly(losing: weakref.WeakMethod[Callable[[], None]]) -> Callable[[],
             method()
 
     return lose_weakly
-
-
-def _owner(method: weakref.WeakMethod[Any]) -> Callable[[], Any]:
-    """The object a weakly held bound method belongs to, while it lives."""
-
-    def owner() -> Any:
-        bound = method()
-        return None if bound is None else bound.__self__
-
-    return owner
 
 
 def dropped(name: str) -> None:

@@ -8,6 +8,7 @@ retried after a lost reply finds its entry gone; the :class:`Ledger` lets the re
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,29 +16,47 @@ from datetime import datetime, timedelta
 from docmultilock._clock import SYSTEM_CLOCK, Clock
 from docmultilock._lock import Lock
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "Stamp"]
 
 #: The ledger drops records past their lock's life once per this many new records.
 _SWEEP_EVERY = 256
 
 
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """An expiry the server stamped, known here as a lower bound that batch renewals move on.
+
+    A batch renewal's reply holds a count, not the new expiry. Applied after it was sent,
+    it stamped at least ``renewed - read`` seconds later than the stamp read at ``read``
+    (applied before it was read), the clocks running at one rate. Both times are on the
+    flow's monotonic clock.
+    """
+
+    expires_at: datetime  # as the server stamped it: compared with the server's clock only
+    read: float  # when that stamp was read (after the reply)
+    renewed: float  # the latest send of a batch renewal applied since (else ``read``)
+
+    @classmethod
+    def read_at(cls, expires_at: datetime, read: float) -> Stamp:
+        """The stamp ``expires_at`` of a reply read at ``read``."""
+        return cls(expires_at, read, read)
+
+    def batch_renewed(self, sent: float) -> Stamp:
+        """The stamp once a batch renewal sent at ``sent`` was applied."""
+        return dataclasses.replace(self, renewed=max(self.renewed, sent))
+
+    @property
+    def expiry(self) -> datetime:
+        """A lower bound of the server's expiry: the stamp, moved on by later renewals."""
+        return self.expires_at + timedelta(seconds=max(0.0, self.renewed - self.read))
+
+
 @dataclass(slots=True)
 class _Record:
-    expires_at: datetime  # as the server stamped it: compared with the server's clock only
+    stamp: Stamp
     until: float  # monotonic time past which the record is of no use (kept generously)
-    seen: float  # the flow's monotonic time when that stamp was read
-    renewed: float  # the latest send of a batch renewal applied since (else ``seen``)
     pending: bool  # the stamp is a pending entry's
     unsure: bool = False  # a release failed without an answer: it may have been applied
-
-    def expiry(self) -> datetime:
-        """A lower bound of the server's expiry: the stamp, moved on by later renewals.
-
-        A batch renewal's reply holds a count, not the new expiry. Applied after it was
-        sent, it stamped at least ``renewed - seen`` seconds later than the stamp read at
-        ``seen`` (applied before it was read), the clocks running at one rate.
-        """
-        return self.expires_at + timedelta(seconds=max(0.0, self.renewed - self.seen))
 
 
 class Ledger:
@@ -75,10 +94,8 @@ class Ledger:
             if lock.pending and old is not None and not old.pending:
                 return
             self._records[lock.id] = _Record(
-                lock.expires_at,
+                Stamp.read_at(lock.expires_at, at),
                 now + life,
-                at,
-                at,
                 lock.pending,
                 unsure=old is not None and old.unsure,
             )
@@ -95,7 +112,7 @@ class Ledger:
         with self._guard:
             record = self._records.get(lock_id)
             if record is not None:
-                record.renewed = max(record.renewed, sent)
+                record.stamp = record.stamp.batch_renewed(sent)
                 record.until = max(record.until, self._clock.monotonic() + life)
 
     def expiry(self, lock_id: str) -> datetime | None:
@@ -106,7 +123,7 @@ class Ledger:
         """
         with self._guard:
             record = self._records.get(lock_id)
-            return None if record is None else record.expiry()
+            return None if record is None else record.stamp.expiry
 
     def was_unsure(self, lock_id: str) -> bool:
         """True when an earlier release of ``lock_id`` ended without an answer."""

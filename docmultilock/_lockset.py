@@ -200,7 +200,7 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
             lock, sent = yield from wait_flow(
                 ops, dataclasses.replace(spec, wait=wait), clock, tend=tend
             )
-            taken.append(Holding(spec, lock, sent))
+            taken.append(Holding(spec, lock, sent, read=clock.monotonic()))
     except BaseException as refusal:
         # Also for a cancellation thrown in: never leave part of a set held.
         given = [Taken(h.spec.call, h.lock, h.expires) for h in reversed(taken)]

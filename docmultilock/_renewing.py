@@ -4,10 +4,10 @@
 (``LockCore.renew_each``), reads the batch's documents when the reply's count shows fewer
 renewed than named (``LockCore.batch_read``), and tells each lock's outcome
 (``_batches.outcomes``). A renewed lock's estimate starts from the send time, as after a
-lone renewal (``_holding.Holding``), the ledger learns of the renewal, and the listener is
-told ``extended`` (its ``lock`` keeps the last ``expires_at`` known: the reply holds a
-count, not the new expiries); a lost one gets the error a lone renewal would have raised,
-told ``lost``; a batch that failed or went unanswered tells nothing
+lone renewal, and its ``expires_at`` moves on as a lower bound (``_holding.Holding.renewed``:
+the reply holds a count, not the new expiries); the ledger learns of the renewal, and the
+listener is told ``extended`` with that lock; a lost one gets the error a lone renewal
+would have raised, told ``lost``; a batch that failed or went unanswered tells nothing
 (:data:`~docmultilock._batches.AGAIN`), leaving every estimate as it was.
 """
 
@@ -66,7 +66,8 @@ def renew_together(
         return [AGAIN] * len(renewals), read is not None
     estimates = [sent + h.spec.lifetime for h in holdings]
     results: list[Outcome | LockError] = []
-    took = clock.monotonic() - sent
+    read_at = clock.monotonic()
+    took = read_at - sent
     judged = outcomes(renewals, modified, read, estimate=estimates, codec_options=ops.codec_options)
     for holding, outcome in zip(holdings, judged, strict=True):
         lock, user_filter = holding.lock, holding.spec.call.user_filter
@@ -76,10 +77,10 @@ def renew_together(
             results.append(lost)
             continue
         if isinstance(outcome, float):
-            holding.extended(sent)
+            renewed = holding.renewed(sent, read=read_at)
             # A release whose reply is lost is judged by the ledger's expiry: it must
             # know of this renewal (the reply carries no new expiry to record).
             ops.ledger.renewed(lock.id, sent=sent, life=holding.spec.lifetime)
-            ops.events.emit("extended", user_filter, tag=lock.tag, lock=lock, duration=took)
+            ops.events.emit("extended", user_filter, tag=lock.tag, lock=renewed, duration=took)
         results.append(outcome)
     return results, read is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -547,3 +547,23 @@ def test_a_lock_renewed_by_a_batch_is_told_to_the_listener_as_extended(
             time.sleep(2 * LIFETIME)
             assert all(h.lost.is_set() is False for h in held)
     assert all(told.of.get(h.lock.id, 0) >= 2 for h in held), told.of
+
+
+def utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def test_a_batch_renewal_moves_the_held_locks_expires_at_on_as_a_lower_bound(
+    subject: Subject, client: MongoClient[Doc]
+) -> None:
+    with contextlib.ExitStack() as block:
+        helds = holding(subject, 2, block)
+        granted = [held.lock.expires_at for held in helds]
+        with lone_renewals_refused(client):
+            time.sleep(2.5 * LIFETIME / 3)  # two renewals, by batches only
+            assert not any(held.lost.is_set() for held in helds)
+            for held, first in zip(helds, granted, strict=True):
+                stored = utc(entry(subject, held, held.lock.id)["expires"])
+                assert held.lock.expires_at > first + timedelta(seconds=LIFETIME / 3)
+                # Never later than the server's (its stamps are whole milliseconds).
+                assert held.lock.expires_at <= stored + timedelta(milliseconds=1)

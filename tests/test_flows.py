@@ -622,7 +622,7 @@ def test_a_held_upgrade_waits_with_the_holds_backoff() -> None:
 def holding() -> tuple[LockOperations, Holding]:
     ops = write_ops()
     lock = _held(ops)
-    return ops, Holding(_spec(ops), lock, sent=100.0)
+    return ops, Holding(_spec(ops), lock, sent=100.0, read=100.0)
 
 
 def test_the_expiry_estimate_counts_from_when_the_grant_was_sent(

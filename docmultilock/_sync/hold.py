@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -71,18 +72,22 @@ class HeldLock:
         self._holding = holding
         spec = holding.spec
         # Its own, so that a set's other locks go on being renewed; ``in_set``, the set's, too.
-        self.lost, self._in_set = threading.Event(), threading.Event() if in_set is None else in_set
+        self.lost = threading.Event()
+        holding.tell_loss_to(self.lost.set, (in_set or self.lost).set)
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
-        # Renewed in batches with the other holds of its manager (one runner per manager)
-        # under the same write concern, one lock per document in each batch.
+        # Renewed in batches with the other holds of its manager under the same write
+        # concern, by that group's own runner, one lock per document in each batch.
+        group = _Group(ops, runner, spec.call.concern)
         self._job = Job.weakly(
             self._renew,
             self._overdue,
+            holding=holding,
             lead=spec.lifetime - spec.every,
             name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
-            batching=Batching((runner, spec.call.concern), repr(holding.lock.document_id)),
-            together=_renew_together,
+            batching=Batching(group, repr(holding.lock.document_id)),
+            together=group.renew,
         )
+        self._keep_alive()
 
     def __repr__(self) -> str:
         state = "lost" if self._holding.error is not None else "held"
@@ -93,10 +98,11 @@ class HeldLock:
 
     @property
     def lock(self) -> Lock:
-        """The current :class:`~docmultilock.Lock`: a new value after each lone extension.
+        """The current :class:`~docmultilock.Lock`: a new value after each renewal.
 
-        A keep-alive renewal in a batch moves the expiry estimate (``lost``) but not
-        ``expires_at``: its reply has counts, not entries.
+        Its ``expires_at`` follows every renewal: the server's stamp after a lone one, a
+        lower bound of it after a keep-alive renewal in a batch (whose reply has counts,
+        not entries).
         """
         return self._holding.lock
 
@@ -129,7 +135,7 @@ class HeldLock:
             return result
         spec = self._holding.spec
         error = self._ops.lost_write(spec.key, self.lock, spec.member)
-        self._lose(error)
+        self._holding.lose(error)
         raise self._run.mapped(error)
 
     def convert(self, tag: str, *, wait: Duration | None = None) -> Lock:
@@ -158,7 +164,7 @@ class HeldLock:
         try:
             lock, sent = self._run.unmapped(flow)
         except LockNotFound as err:
-            self._lose(err)
+            self._holding.lose(err)
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
         except AssertiveLock as err:
             pending = held_upgrade_pending(err, self.lock.tag, tag)
@@ -166,8 +172,7 @@ class HeldLock:
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
         else:
-            holding.renewed(lock, sent)
-            return lock
+            return holding.renewed(sent, read=self._run.clock.monotonic(), lock=lock)
         finally:
             if self._holding.error is None:
                 self._keep_alive()
@@ -176,21 +181,6 @@ class HeldLock:
         """Have the keep-alive extend this lock from now on, if the hold asked for it."""
         if self._holding.spec.keepalive:
             Extender.current().add(self._job, self._holding.expires)
-
-    def _lose(self, error: LockError) -> None:
-        """Record the loss once: set ``lost``, then tell ``on_lost`` (its errors are logged)."""
-        if not self._holding.lose(error):
-            return
-        lock = self.lock
-        self.lost.set()
-        self._in_set.set()
-        log.warning("lock %s (%r) on %r lost: %s", lock.id, lock.tag, self._holding.spec.key, error)
-        on_lost = self._holding.spec.on_lost
-        if on_lost is not None:
-            try:
-                on_lost(lock, error)
-            except Exception:
-                log.exception("on_lost raised for lock %s; ignored", lock.id)
 
     def _renew(self, limit: float) -> float | None:
         """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
@@ -203,7 +193,7 @@ class HeldLock:
             error = LockError(f"keep-alive failed: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
         if error is not None:
-            self._lose(error)
+            self._holding.lose(error)
         if self._holding.error is not None:
             return None
         return self._holding.expires
@@ -215,7 +205,7 @@ class HeldLock:
         flight: from then on nobody can vouch for the lock.
         """
         spec, lock = self._holding.spec, self.lock
-        self._lose(
+        self._holding.lose(
             DbTimeout(
                 f"lock {lock.id} ({lock.tag!r}) on {spec.key!r} was not extended before "
                 f"its expiry estimate ({spec.lifetime:g} s after the last extension was "
@@ -231,30 +221,35 @@ class HeldLock:
             release_flow(self._ops, self._holding, quiet=quiet, clock=self._run.clock)
         )
         if lost is not None:
-            self._lose(lost)
+            self._holding.lose(lost)
         if not quiet and self._holding.error is not None:
             raise self._holding.error
 
 
-def _renew_together(helds: Sequence[HeldLock], limit: float) -> tuple[list[Outcome], bool]:
-    """Renew ``helds`` (one manager's, one per document) by one command; tell the losses."""
-    first = helds[0]
-    try:
-        results, read = first._run.unmapped(
-            renew_together(
-                first._ops, [held._holding for held in helds], limit=limit, clock=first._run.clock
+@dataclass(frozen=True)
+class _Group:
+    """The holds renewed together: one manager's, under one write concern, by its runner."""
+
+    ops: LockOperations
+    run: Runner
+    concern: Any
+
+    def renew(self, holdings: Sequence[Holding], limit: float) -> tuple[list[Outcome], bool]:
+        """Renew ``holdings`` (one per document) by one command; record each loss."""
+        try:
+            results, read = self.run.unmapped(
+                renew_together(self.ops, holdings, limit=limit, clock=self.run.clock)
             )
-        )
-    except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
-        log.exception("keep-alive batch of %d locks failed", len(helds))
-        return [AGAIN] * len(helds), False
-    told: list[Outcome] = []
-    for held, result in zip(helds, results, strict=True):
-        if isinstance(result, LockError):
-            held._lose(result)
-            result = None
-        told.append(None if held.error is not None else result)
-    return told, read
+        except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
+            log.exception("keep-alive batch of %d locks failed", len(holdings))
+            return [AGAIN] * len(holdings), False
+        told: list[Outcome] = []
+        for holding, result in zip(holdings, results, strict=True):
+            if isinstance(result, LockError):
+                holding.lose(result)
+                result = None
+            told.append(None if holding.error is not None else result)
+        return told, read
 
 
 class _Held(Protocol):
@@ -302,9 +297,7 @@ class Hold(_Block[HeldLock]):
 def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
     """Wait for the lock of ``spec`` and keep it alive."""
     lock, sent = runner(wait_flow(ops, spec, runner.clock))
-    held = HeldLock(ops, runner, Holding(spec, lock, sent))
-    held._keep_alive()
-    return held
+    return HeldLock(ops, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
 
 
 class HeldLocks:
@@ -393,7 +386,4 @@ def _hold_all(ops: LockOperations, runner: Runner, locks: LockSet) -> HeldLocks:
     taken = runner(take_all_flow(ops, locks, runner.clock))
     lost = threading.Event()
     members = [HeldLock(ops, runner, holding, in_set=lost) for holding in taken]
-    held = HeldLocks(ops, locks, locks.in_callers_order(members), lost)
-    for member in members:
-        member._keep_alive()
-    return held
+    return HeldLocks(ops, locks, locks.in_callers_order(members), lost)
