@@ -20,14 +20,14 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from docmultilock._async.hold import AsyncHeldLock, AsyncHeldLocks
+    from docmultilock._async.held import AsyncHeldLock, AsyncHeldLocks
     from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
     from docmultilock._async.named import AsyncNamedLocks
     from docmultilock._async.records import AsyncRecordLocks
     from docmultilock._events import LockEvent, LockListener
     from docmultilock._lock import Lock, LockSchema
     from docmultilock._snapshot import HolderSnapshot, LockSnapshot
-    from docmultilock._sync.hold import HeldLock, HeldLocks
+    from docmultilock._sync.held import HeldLock, HeldLocks
     from docmultilock._sync.managers import MultiLock, WriteLock
     from docmultilock._sync.named import NamedLocks
     from docmultilock._sync.records import RecordLocks
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 #: lock machinery until a name is used.
 _HOMES = {
     "AssertiveLock": "docmultilock.errors",
-    "AsyncHeldLock": "docmultilock._async.hold",
-    "AsyncHeldLocks": "docmultilock._async.hold",
+    "AsyncHeldLock": "docmultilock._async.held",
+    "AsyncHeldLocks": "docmultilock._async.held",
     "AsyncMultiLock": "docmultilock._async.managers",
     "AsyncNamedLocks": "docmultilock._async.named",
     "AsyncRecordLocks": "docmultilock._async.records",
@@ -67,8 +67,8 @@ _HOMES = {
     "DbError": "docmultilock.errors",
     "DbTimeout": "docmultilock.errors",
     "DocumentTooLarge": "docmultilock.errors",
-    "HeldLock": "docmultilock._sync.hold",
-    "HeldLocks": "docmultilock._sync.hold",
+    "HeldLock": "docmultilock._sync.held",
+    "HeldLocks": "docmultilock._sync.held",
     "HolderSnapshot": "docmultilock._snapshot",
     "IncompatibleLockField": "docmultilock.errors",
     "InvalidArgument": "docmultilock.errors",

@@ -79,7 +79,7 @@ class Command(NamedTuple):
 
 
 class ManyCommand(NamedTuple):
-    """One ``update_many``: the keep-alive's batch renewal (``_batches``)."""
+    """One ``update_many``: the keep-alive's batch renewal (``_batch_rules``)."""
 
     filter: dict[str, Any]
     update: list[dict[str, Any]]

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from docmultilock._acquiring import acquire_body
-from docmultilock._batches import Renewal
+from docmultilock._batch_rules import Renewal
 from docmultilock._command import (
     DEFAULT_MAX_HOLDERS,
     DOCUMENTS,
@@ -328,7 +328,7 @@ class LockCore:
     def renew_each(self, renewals: list[Renewal]) -> ManyCommand:
         """The keep-alive's batch: renew each lock of ``renewals`` on its own document.
 
-        One lock per document (``_batches``); each by the lifetime stored with it.
+        One lock per document (``_batch_rules``); each by the lifetime stored with it.
         """
         docs = [renewal.document_id for renewal in renewals]
         want = [

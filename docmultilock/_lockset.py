@@ -11,7 +11,7 @@ every lock this call took, then raises the refused key's own error; a release th
 is retried within its lock's lifetime, and a lock still held then is named in the error
 (``_cleanup``).
 
-The shells (``_async/hold.py`` and its generated twin) run these flows.
+The shells (``_async/held.py`` and its generated twin) run these flows.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from docmultilock._bson_identity import order_key
 from docmultilock._calls import Acquisition, Held
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow
+from docmultilock._held_lock import Holding, HoldSpec
 from docmultilock._holding import (
-    Holding,
-    HoldSpec,
     plan_hold,
     tend_flow,
     wait_flow,

@@ -217,7 +217,7 @@ def extend_body(field: str, *, clock: bool) -> Expr:
 
 
 def renew_each_body(field: str, *, clock: bool) -> Expr:
-    """A batch's renewal (``_batches``): in each document, the one lock the batch names for it.
+    """A batch's renewal (``_batch_rules``): in each document, the one lock the batch names for it.
 
     ``$$docs`` lists the batch's document ids and ``$$want``, at the same index, the entry
     each is to renew (``{id, tag, dttl}``): a document finds its own by its ``_id``, so an

@@ -62,8 +62,8 @@ nitpick_ignore = [
     ("py:class", "pymongo.synchronous.database.Database"),
     ("py:class", "threading.Event"),
     # require()'s type variable: it returns what it is given.
-    ("py:class", "docmultilock._async.hold.T"),
-    ("py:class", "docmultilock._sync.hold.T"),
+    ("py:class", "docmultilock._async.held.T"),
+    ("py:class", "docmultilock._sync.held.T"),
     # A record manager's record type, and what its mapper module gives it (private).
     ("py:class", "docmultilock._async.records.R"),
     ("py:class", "docmultilock._sync.records.R"),
@@ -81,8 +81,8 @@ nitpick_ignore = [
     ("py:class", "Response"),
     # What hold() returns: private context managers, entered at once; the API reference documents
     # the HeldLock(s) and AsyncHeldLock(s) they yield instead.
-    ("py:class", "docmultilock._sync.hold.Hold"),
-    ("py:class", "docmultilock._async.hold.AsyncHold"),
-    ("py:class", "docmultilock._sync.hold.HoldAll"),
-    ("py:class", "docmultilock._async.hold.AsyncHoldAll"),
+    ("py:class", "docmultilock._sync.held.Hold"),
+    ("py:class", "docmultilock._async.held.AsyncHold"),
+    ("py:class", "docmultilock._sync.held.HoldAll"),
+    ("py:class", "docmultilock._async.held.AsyncHoldAll"),
 ]

@@ -1,7 +1,7 @@
 """Keep-alive by the batch: one command renews many held locks, and never costs one of them.
 
-Pure tests of the batching decisions (``_renewals.Schedule`` with ``batching``, and
-``_batches.outcomes``) need no server; the others hold several locks of one manager with
+Pure tests of the batching decisions (``_schedule.Schedule`` with ``batching``, and
+``_batch_rules.outcomes``) need no server; the others hold several locks of one manager with
 ``keepalive=True``, over every manager and both flavours. Lone renewals (``findAndModify``)
 are refused by a fail point where a test must show that the batch alone kept its locks.
 """
@@ -26,7 +26,8 @@ from docmultilock import (
     LockNotFound,
     WriteLock,
 )
-from docmultilock._batches import (
+from docmultilock._async.keepalive import AsyncExtender
+from docmultilock._batch_rules import (
     AGAIN,
     ALONE,
     Batch,
@@ -37,8 +38,8 @@ from docmultilock._batches import (
     resends,
 )
 from docmultilock._expr import SERVER_NOW
-from docmultilock._keepalive import EXTENDER, AsyncExtender
-from docmultilock._renewals import Lose, Schedule, Start, Stats, Wait
+from docmultilock._schedule import Lose, Schedule, Start, Stats, Wait
+from docmultilock._sync.keepalive import Extender
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import MakeLock, Twins
 from tests.helpers import server_now
@@ -277,8 +278,8 @@ def test_a_foreign_or_missing_document_is_renewed_alone() -> None:
 def stats(flavour: str, twins: Twins) -> Callable[[], Stats]:
     """The keep-alive's statistics of the test's flavour since the last call."""
     if flavour == "sync":
-        EXTENDER.reset_stats()
-        return EXTENDER.reset_stats
+        Extender.current().reset_stats()
+        return Extender.current().reset_stats
 
     async def read() -> Stats:
         return AsyncExtender.current().reset_stats()

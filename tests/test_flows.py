@@ -41,9 +41,9 @@ from docmultilock._flows import (
     Watch,
     send,
 )
+from docmultilock._held_lock import Holding
 from docmultilock._holding import (
     SAFETY_NET,
-    Holding,
     convert_flow,
     plan_hold,
     release_flow,
@@ -606,7 +606,9 @@ def test_a_held_upgrade_waits_with_the_holds_backoff() -> None:
     ops = rw_ops()
     script = Script([reply(entry("read"))])
     read = script.run(ops.acquire(ops.acquiring(DOC, tag="read"), clock=script.clock))
-    holding = Holding(_spec(ops, tag="read", backoff=(0.1, 0.4)), read, sent=script.now)
+    holding = Holding(
+        _spec(ops, tag="read", backoff=(0.1, 0.4)), read, sent=script.now, read=script.now
+    )
     pending = reply(entry("read"), entry("write", pending=True), tags=("read",))
     upgraded = {**entry("write"), "fence": 8, "call": LOCK_ID}
     script = Script([pending, pending, reply(upgraded)], now=script.now)

@@ -31,9 +31,9 @@ from docmultilock import (
     ResourceNotFound,
     WriteLock,
 )
+from docmultilock._async.keepalive import SLOTS, THREAD_NAME
 from docmultilock._backoff import Backoff
 from docmultilock._flows import Clock
-from docmultilock._keepalive import SLOTS, THREAD_NAME
 from docmultilock.testing import EmbeddedServer
 from tests.flavours import Portal, Twins, flavoured
 from tests.helpers import CommandLog, stored_lock, wait_until

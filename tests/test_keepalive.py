@@ -19,14 +19,8 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.collection import Collection
 
 from docmultilock import AsyncWriteLock, DbError, LockAlreadyTaken, WriteLock, _clock
-from docmultilock._keepalive import (
-    EXTENSION_NAME,
-    THREAD_NAME,
-    AsyncExtender,
-    AsyncJob,
-    Extender,
-    Job,
-)
+from docmultilock._async.keepalive import EXTENSION_NAME, THREAD_NAME, AsyncExtender, AsyncJob
+from docmultilock._sync.keepalive import Extender, Job
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.helpers import server_now, wait_until
 

@@ -1,4 +1,4 @@
-"""The keep-alive's decisions (``_renewals.Schedule``), with scripted times and no server."""
+"""The keep-alive's decisions (``_schedule.Schedule``), with scripted times and no server."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from docmultilock._renewals import MIN_EXTEND_TIMEOUT, Idle, Lose, Schedule, Start, Wait
+from docmultilock._schedule import MIN_EXTEND_TIMEOUT, Idle, Lose, Schedule, Start, Wait
 
 # Times are seconds on the keep-alive's clock. A lock kept with estimate 10 and lead 6 is
 # surely held until 10 and due for renewal at 4: the default cadence of a 6 s lifetime.

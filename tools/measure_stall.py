@@ -31,7 +31,7 @@ from pymongo.collection import Collection
 
 from docmultilock import WriteLock
 from docmultilock._expr import SERVER_NOW
-from docmultilock._keepalive import EXTENDER
+from docmultilock._sync.keepalive import Extender
 from docmultilock.testing import mongodb_uri
 
 APP = "docmultilock-measure-stall"
@@ -73,7 +73,7 @@ def measure(uri: str, locks: int, lifetime: float, block: float, every: float) -
             ]
             setup = time.monotonic() - started
             time.sleep(lifetime)
-            EXTENDER.reset_stats()
+            Extender.current().reset_stats()
             admin.admin.command(
                 "configureFailPoint",
                 "failCommand",
@@ -92,7 +92,7 @@ def measure(uri: str, locks: int, lifetime: float, block: float, every: float) -
                 live = unexpired(collection)
                 expired |= {key for key, lock_id in ids.items() if lock_id not in live.get(key, ())}
                 time.sleep(every)
-            seen = EXTENDER.reset_stats()
+            seen = Extender.current().reset_stats()
             told = sum(held.lost.is_set() for held in helds)
     finally:
         admin.admin.command("configureFailPoint", "failCommand", mode="off")

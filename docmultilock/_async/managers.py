@@ -15,7 +15,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from docmultilock._args import check_flavour
 from docmultilock._async.converting import AsyncConverting
 from docmultilock._async.driver import AsyncMongoIO, AsyncRunner
-from docmultilock._async.holds import AsyncHolds
+from docmultilock._async.hold_methods import AsyncHolds
 from docmultilock._command import DOCUMENTS
 from docmultilock._flavour import own_methods
 from docmultilock._flows import SYSTEM_CLOCK, Clock

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from docmultilock._async.hold import AsyncHold
+from docmultilock._async.held import AsyncHold
 from docmultilock._async.managers import AsyncMultiLock, AsyncWriteLock
 from docmultilock._command import SIMPLE_COLLATION
 from docmultilock._failures import translate

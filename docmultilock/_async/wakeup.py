@@ -149,9 +149,9 @@ class AsyncWatchers:
 
     def __init__(self, pause: Callable[[float], Awaitable[object]] = SYSTEM_CLOCK.asleep) -> None:
         self.pause = pause
-        self._reset()
+        self.start_afresh()
 
-    def _reset(self) -> None:
+    def start_afresh(self) -> None:
         """Start afresh, with no stream (in a forked child, which has none of them)."""
         self.lock = async_create_lock()
         self.streams: dict[tuple[Any, ...], _Stream] = {}

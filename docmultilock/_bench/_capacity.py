@@ -3,7 +3,7 @@
 One process enters ``KeepAlive.locks`` named-lock holds with ``keepalive=True`` (the named
 mode: one small document per lock) of ``KeepAlive.lifetime`` seconds, acquired by a few
 threads at once, then does nothing for ``KeepAlive.seconds`` while the process's keep-alive
-(``_keepalive.EXTENDER``) renews them. Only that window is measured: the schedule's
+(``Extender.current()``) renews them. Only that window is measured: the schedule's
 statistics (``Schedule.reset_stats``: renewals started, the worst and mean lateness after
 the due time, the least time left before an expiry estimate) and the process's CPU time.
 
@@ -35,9 +35,9 @@ from docmultilock._bench._bed import Context, KeepAlive, Outcome, bed, connect
 from docmultilock._bench._measure import ratio
 from docmultilock._bench._report import Bound, Row
 from docmultilock._expr import SERVER_NOW
-from docmultilock._keepalive import EXTENDER
 from docmultilock._operating import NAMED_FIELD
-from docmultilock._sync.hold import HeldLock, Hold
+from docmultilock._sync.held import HeldLock, Hold
+from docmultilock._sync.keepalive import Extender
 from docmultilock.errors import LockError
 
 __all__ = ["TARGET", "keepalive_capacity"]
@@ -113,14 +113,14 @@ def keepalive_capacity(context: Context) -> Outcome:
             setup = time.perf_counter() - setup_start
             lost_in_setup = sum(held.lost.is_set() for _, held in holds.values())
 
-            EXTENDER.reset_stats()
+            Extender.current().reset_stats()
             cpu0, start = time.process_time(), time.perf_counter()
             while (now := time.perf_counter()) < start + size.seconds:
                 lost = sum(held.lost.is_set() for _, held in holds.values())
                 progress.bar((now - start) / size.seconds, f"{lost:,} lost")
                 time.sleep(min(0.5, start + size.seconds - now))
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - start
-            stats = EXTENDER.reset_stats()
+            stats = Extender.current().reset_stats()
             told = {name for name, (_, held) in holds.items() if held.lost.is_set()}
             causes = Counter(_cause(holds[name][1]) for name in told)
             live = _live_ids(twins.named)

@@ -25,7 +25,7 @@ from docmultilock._operating import describe
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
-from docmultilock._sync.holds import Holds
+from docmultilock._sync.hold_methods import Holds
 from docmultilock._typing import Unpack
 from docmultilock.options import (
     AcquireOptions,

@@ -22,7 +22,7 @@ from docmultilock._command import SIMPLE_COLLATION
 from docmultilock._failures import translate
 from docmultilock._lock import Lock
 from docmultilock._snapshot import LockSnapshot
-from docmultilock._sync.hold import Hold
+from docmultilock._sync.held import Hold
 from docmultilock._sync.managers import MultiLock, WriteLock
 from docmultilock._typing import Unpack
 from docmultilock.errors import LockError

@@ -149,9 +149,9 @@ class Watchers:
 
     def __init__(self, pause: Callable[[float], object] = SYSTEM_CLOCK.sleep) -> None:
         self.pause = pause
-        self._reset()
+        self.start_afresh()
 
-    def _reset(self) -> None:
+    def start_afresh(self) -> None:
         """Start afresh, with no stream (in a forked child, which has none of them)."""
         self.lock = create_lock()
         self.streams: dict[tuple[Any, ...], _Stream] = {}

@@ -43,7 +43,7 @@ from django.db.utils import ConnectionDoesNotExist  # type: ignore[import-untype
 from pymongo.collection import Collection
 
 from docmultilock._lock import Lock
-from docmultilock._sync.hold import HeldLock
+from docmultilock._sync.held import HeldLock
 from docmultilock._sync.managers import MultiLock, WriteLock
 from docmultilock._sync.records import RecordLocks
 from docmultilock._typing import Unpack

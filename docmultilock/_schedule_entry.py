@@ -1,9 +1,9 @@
-"""What the keep-alive's schedule (``_renewals.Schedule``) knows of one kept lock.
+"""What the keep-alive's schedule (``_schedule.Schedule``) knows of one kept lock.
 
 Its estimate (before which the server surely holds it) and lead give when its renewal is
-*due* and from when it is *urgent* (renewed alone, never in a batch, ``_batches.URGENT``);
+*due* and from when it is *urgent* (renewed alone, never in a batch, ``_batch_rules.URGENT``);
 after a batch that failed, it is due again after a pause, or at once with the others of
-its part of that batch (:class:`Resend`, ``_batches.resends``).
+its part of that batch (:class:`Resend`, ``_batch_rules.resends``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from docmultilock._batches import URGENT
+from docmultilock._batch_rules import URGENT
 
 __all__ = ["Kept", "Resend"]
 

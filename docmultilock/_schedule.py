@@ -11,8 +11,8 @@ after the last extension, by default). Asked "what now?", the schedule answers w
   the lock at its estimate, not whenever a stalled command gives up.
 * :class:`Start`: run this lock's extension now, within ``limit`` seconds: what is left of
   its estimate, since past it the answer cannot save the lock.
-* :class:`~docmultilock._batches.Batch`: renew these locks of one group together, by one
-  command, within ``limit`` seconds (``_batches`` says which go together).
+* :class:`~docmultilock._batch_rules.Batch`: renew these locks of one group together, by one
+  command, within ``limit`` seconds (``_batch_rules`` says which go together).
 * :class:`Wait`: nothing to do before ``until`` (``None``: until an extension finishes).
 * :class:`Idle`: nothing is kept alive and nothing runs; the runner may stop.
 
@@ -20,13 +20,10 @@ At most ``slots`` commands (a lone extension, or a batch) run at once. Due renew
 for a slot earliest estimate first: a renewal may run later than due as long as it lands
 before the estimate, so under load the most urgent go first and the rest spread over
 their slack. A stalled extension holds one slot until its own lock's estimate, never the
-other locks. A batch's first try holds one halfway to the time its most urgent lock is
-due to be renewed alone (``_batches.URGENT``; longer on a slow server, ``_batches.Pace``);
-a failed or stalled try is sent again at once, whole and then in halves
-(``_batches.resends``), and what is still not renewed at that time is renewed alone.
+other locks. A batch holds one slot for the time ``_batch_rules`` gives its tries.
 
 Times are passed in, never read, so the decisions are tested with scripted times; the
-runners (``_keepalive``) only ask, act, and report back with :meth:`Schedule.finished`.
+runner (``_async/keepalive``) only asks, acts, and reports back (:meth:`Schedule.finished`).
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from docmultilock._batches import (
+from docmultilock._batch_rules import (
     AGAIN,
     AGAIN_PAUSE,
     ALONE,
@@ -50,8 +47,16 @@ from docmultilock._batches import (
     Pace,
     resends,
 )
-from docmultilock._decisions import MIN_EXTEND_TIMEOUT, Decision, Idle, Lose, Start, Stats, Wait
-from docmultilock._kept import Kept, Resend
+from docmultilock._schedule_answers import (
+    MIN_EXTEND_TIMEOUT,
+    Decision,
+    Idle,
+    Lose,
+    Start,
+    Stats,
+    Wait,
+)
+from docmultilock._schedule_entry import Kept, Resend
 
 __all__ = [
     "MIN_EXTEND_TIMEOUT",
@@ -68,10 +73,6 @@ __all__ = [
 K = TypeVar("K", bound=Hashable)
 
 
-def _alone(job: object) -> Batching | None:
-    return None
-
-
 #: A heap item: (time, tie-breaker, version, job). The tie-breaker is unique, so jobs are
 #: never compared with each other.
 _Item = tuple[float, int, int, K]
@@ -84,7 +85,7 @@ class Schedule(Generic[K]):
     slots: int = 8
     stats: Stats = field(default_factory=Stats)
     #: How a job may be batched (``None``: always alone).
-    batching: Callable[[K], Batching | None] = _alone
+    batching: Callable[[K], Batching | None] = lambda job: None
     #: The most locks one batch carries.
     batch_size: int = MAX_BATCH
 
@@ -311,11 +312,11 @@ class Schedule(Generic[K]):
     def batch_finished(
         self, token: int, results: Mapping[K, Outcome], now: float, *, read: bool = False
     ) -> None:
-        """Batch ``token`` returned at ``now`` with each job's outcome (``_batches``).
+        """Batch ``token`` returned at ``now`` with each job's outcome (``_batch_rules``).
 
         A job taken out of the batch since (renewed alone) keeps its own renewal's answer.
         ``read``: the batch needed a read to tell its outcomes. The locks it told nothing of
-        (:data:`AGAIN`) are sent again at once (``_batches.resends``), or after a pause.
+        (:data:`AGAIN`) are sent again at once (``_batch_rules.resends``), or after a pause.
         """
         self.stats.reads += read
         tries, sent = self._out.pop(token, (0, now))

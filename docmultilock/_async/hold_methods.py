@@ -1,11 +1,9 @@
-# Generated from docmultilock/_async/holds.py by tools/unasync.py: do not edit.
-# Edit the async source and run `python tools/unasync.py`.
-"""Holding locks for the sync managers: ``hold()``, ``hold_all``, and sets across calls.
+"""Holding locks for the async managers: ``hold()``, ``hold_all``, and sets across calls.
 
 ``hold()`` holds one lock for a block, ``hold_all`` a set; ``acquire_all`` and
 ``release_all`` take and give back a set across requests.
 
-Every lock manager has them (a mixin of :class:`~docmultilock.LockManager`): each
+Every lock manager has them (a mixin of :class:`~docmultilock.AsyncLockManager`): each
 method parses its calls once; ``_holding``'s and ``_lockset``'s flows decide the waiting,
 the order and the all or nothing; this shell only runs them.
 """
@@ -13,10 +11,12 @@ the order and the all or nothing; this shell only runs them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
-from docmultilock._flavour import decorates
+from docmultilock._async.driver import AsyncRunner
+from docmultilock._async.held import AsyncHeldLock, AsyncHold, AsyncHoldAll
+from docmultilock._flavour import async_decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._lock_flows import LockOperations
@@ -28,44 +28,42 @@ from docmultilock._lockset import (
     release_all_flow,
     take_all_flow,
 )
-from docmultilock._sync.driver import Runner
-from docmultilock._sync.hold import HeldLock, Hold, HoldAll
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
 from docmultilock.options import AcquireOptions, Duration, HoldOptions, WaitOptions
 
-__all__ = ["Holds"]
+__all__ = ["AsyncHolds"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class Holds:
+class AsyncHolds:
     """Holding a lock for a block, or several all or nothing in one canonical order."""
 
     _ops: LockOperations
-    _run: Runner
+    _run: AsyncRunner
 
-    def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
+    async def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
         """``acquire()``: one attempt, or with ``wait=``, ``hold()``'s waiting flow."""
         acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
         call = self._ops.acquiring(key, **acquiring)
         if waiting:
             spec = plan_hold(self._ops, call, waiting)
             if spec.wait is not None:
-                lock, _ = self._run(wait_flow(self._ops, spec, self._run.clock))
+                lock, _ = await self._run(wait_flow(self._ops, spec, self._run.clock))
                 return self._run.handed_out(self._ops, call, lock)
         # One attempt, as ever: an assertive refusal's pending entry is the caller's to continue.
-        lock = self._run(self._ops.acquire(call, clock=self._run.clock))
+        lock = await self._run(self._ops.acquire(call, clock=self._run.clock))
         return self._run.handed_out(self._ops, call, lock)
 
-    def hold(self, key: Any, **options: Unpack[HoldOptions]) -> Hold:
-        """Hold a lock on ``key`` for the span of a ``with`` block; release it after.
+    def hold(self, key: Any, **options: Unpack[HoldOptions]) -> AsyncHold:
+        """Hold a lock on ``key`` for the span of an ``async with`` block; release it after.
 
         ::
 
-            with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
-                held.require(orders.update_one(held.guard(), {"$set": {"paid": True}}))
+            async with locks.hold({"_id": 1}, tag="write", wait=5.0, keepalive=True) as held:
+                held.require(await orders.update_one(held.guard(), {"$set": {"paid": True}}))
 
         :param tag: the lock's tag; may be left out when the manager declares only one.
         :param wait: seconds to go on trying while refused, with exponential backoff and
@@ -93,20 +91,22 @@ class Holds:
         """
         acquiring, holding = split_hold(options, "hold")
         spec = plan_hold(self._ops, self._ops.acquiring(key, **acquiring), holding)
-        return Hold(self._ops, self._run, spec)
+        return AsyncHold(self._ops, self._run, spec)
 
     @overload
     def holding(
         self, key: Any, *, pass_held: Literal[False] = False, **options: Unpack[HoldOptions]
-    ) -> Callable[[Callable[P, T]], Callable[P, T]]: ...
+    ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]: ...
 
     @overload
     def holding(
         self, key: Any, *, pass_held: Literal[True], **options: Unpack[HoldOptions]
-    ) -> Callable[[Callable[Concatenate[HeldLock, P], T]], Callable[P, T]]: ...
+    ) -> Callable[
+        [Callable[Concatenate[AsyncHeldLock, P], Awaitable[T]]], Callable[P, Awaitable[T]]
+    ]: ...
 
     def holding(self, key: Any, *, pass_held: bool = False, **options: Any) -> Any:
-        """Decorate a sync function so that each call runs holding a lock: one at a time.
+        """Decorate an async function so that each call runs holding a lock: one at a time.
 
         Each call enters :meth:`hold` with ``options`` (:class:`~docmultilock.options.HoldOptions`)
         and runs the function inside the block: refused (or out of ``wait``), the call
@@ -114,10 +114,10 @@ class Holds:
         filter, or a function of the call's arguments that returns one::
 
             @jobs.holding("nightly-report", wait=60.0, keepalive=True)
-            def nightly_report() -> None: ...
+            async def nightly_report() -> None: ...
 
             @locks.holding(lambda order_id: {"_id": order_id}, tag="write")
-            def pay(order_id: int) -> None: ...
+            async def pay(order_id: int) -> None: ...
 
         With ``pass_held=True`` the function gets the held lock first (for
         ``held.guard()``, ``held.lock.fence``, ``held.lost``), and its callers do not pass
@@ -133,23 +133,23 @@ class Holds:
             self.hold(key, **options)  # parsed now: a bad key or option is refused here
         manager = type(self).__name__
 
-        def decorate(function: Callable[..., T]) -> Callable[..., T]:
-            decorates(function, manager)
+        def decorate(function: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+            async_decorates(function, manager)
 
             @functools.wraps(function)
-            def holding_lock(*args: Any, **kwargs: Any) -> T:
+            async def holding_lock(*args: Any, **kwargs: Any) -> T:
                 target = key(*args, **kwargs) if callable(key) else key
-                with self.hold(target, **options) as held:
+                async with self.hold(target, **options) as held:
                     if pass_held:
-                        return function(held, *args, **kwargs)
-                    return function(*args, **kwargs)
+                        return await function(held, *args, **kwargs)
+                    return await function(*args, **kwargs)
 
             return holding_lock
 
         return decorate
 
-    def hold_all(self, keys: Sequence[Any], **options: Unpack[HoldOptions]) -> HoldAll:
-        """Hold a ``tag`` lock on every key for the span of a ``with`` block.
+    def hold_all(self, keys: Sequence[Any], **options: Unpack[HoldOptions]) -> AsyncHoldAll:
+        """Hold a ``tag`` lock on every key for the span of an ``async with`` block.
 
         The locks are taken in one canonical order (by ``_id``, in MongoDB's comparison
         order; names in code point order), whatever order ``keys`` has, so two holders of
@@ -158,9 +158,9 @@ class Holds:
         waits for a key, the locks already taken are kept and extended as they fall due.
         The exit releases every lock, in reverse order, also on an exception::
 
-            with accounts.hold_all([{"_id": "A"}, {"_id": "B"}], wait=5.0) as held:
-                held.require(db.accounts.update_one(held.guard({"_id": "A"}), debit))
-                held.require(db.accounts.update_one(held.guard({"_id": "B"}), credit))
+            async with accounts.hold_all([{"_id": "A"}, {"_id": "B"}], wait=5.0) as held:
+                held.require(await db.accounts.update_one(held.guard({"_id": "A"}), debit))
+                held.require(await db.accounts.update_one(held.guard({"_id": "B"}), credit))
 
         The arguments are :meth:`hold`'s, for every lock of the set (``wait`` is the whole
         set's; ``on_lost`` is called once per lost lock).
@@ -173,9 +173,9 @@ class Holds:
         """
         acquiring, holding = split_hold(options, "hold_all")
         locks = plan_set(self._ops, keys, acquiring=acquiring, holding=holding)
-        return HoldAll(self._ops, self._run, locks)
+        return AsyncHoldAll(self._ops, self._run, locks)
 
-    def acquire_all(self, keys: Sequence[Any], **options: Unpack[WaitOptions]) -> list[Lock]:
+    async def acquire_all(self, keys: Sequence[Any], **options: Unpack[WaitOptions]) -> list[Lock]:
         """Acquire a ``tag`` lock on every key, all or nothing; the locks in the keys' order.
 
         For a set held across requests (each lock goes to a client through
@@ -186,7 +186,7 @@ class Holds:
         every lock: by default it tries once; ``wait=`` waits as :meth:`hold_all` does, the
         locks already taken kept and extended meanwhile::
 
-            locks = accounts.acquire_all([{"_id": "A"}, {"_id": "B"}], wait=5.0)
+            locks = await accounts.acquire_all([{"_id": "A"}, {"_id": "B"}], wait=5.0)
 
         :raises InvalidArgument: as :meth:`hold_all`.
         :raises LockConflict: a key refused, without ``wait`` (its error names it).
@@ -194,10 +194,10 @@ class Holds:
         """
         acquiring, waiting = split_hold(options, "acquire_all", WaitOptions)
         locks = plan_set(self._ops, keys, acquiring=acquiring, holding=waiting)
-        taken = self._run(take_all_flow(self._ops, locks, self._run.clock))
+        taken = await self._run(take_all_flow(self._ops, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 
-    def release_all(
+    async def release_all(
         self,
         keys: Sequence[Any],
         locks: Sequence[Lock],
@@ -225,4 +225,4 @@ class Holds:
             lambda key: self._ops.holding(key, next(given), granted=False, timeout=timeout, w=w),
         )
         _, order = canonical(calls, self._ops.codec_options)
-        self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))
+        await self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))

@@ -1,4 +1,4 @@
-"""The keep-alive schedule's answers (``_renewals.Schedule.next``) and its statistics."""
+"""The keep-alive schedule's answers (``_schedule.Schedule.next``) and its statistics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from docmultilock._batches import Batch
+from docmultilock._batch_rules import Batch
 
 __all__ = ["MIN_EXTEND_TIMEOUT", "Decision", "Idle", "Lose", "Start", "Stats", "Wait"]
 

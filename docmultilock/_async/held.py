@@ -1,37 +1,30 @@
-# Generated from docmultilock/_async/hold.py by tools/unasync.py: do not edit.
-# Edit the async source and run `python tools/unasync.py`.
-"""``hold()`` for the sync managers: wait, keep alive, release, report a loss.
+"""What an async ``hold()`` block holds: a held lock, or a set; waited for, kept alive, released.
 
-The decisions are ``_holding``'s flows; this shell runs them with the sync driver, keeps
-the lock alive through the keep-alive of its flavour (``_keepalive``), and owns the
-holder-facing state (``lost``, ``on_lost``).
+The decisions are ``_holding``'s flows, and a held lock's state is its ``Holding``
+(``_held_lock``: the renewals, the loss and whom it tells); this shell runs the flows with
+the async driver, registers the lock with the keep-alive (``_async/keepalive``), and
+gives the holder its ``lost`` event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
-from docmultilock._batches import AGAIN, Batching, Outcome
-from docmultilock._flavour import SyncOnly
-from docmultilock._holding import (
-    Holding,
-    HoldSpec,
-    convert_flow,
-    release_flow,
-    renew_flow,
-    wait_flow,
-)
-from docmultilock._keepalive import Extender, Job
+from docmultilock._async.driver import AsyncRunner
+from docmultilock._async.keepalive import AsyncExtender, AsyncJob
+from docmultilock._batch_renewal import renew_together
+from docmultilock._batch_rules import AGAIN, Batching, Outcome
+from docmultilock._flavour import AsyncOnly
+from docmultilock._held_lock import Holding, HoldSpec
+from docmultilock._holding import convert_flow, release_flow, renew_flow, wait_flow
 from docmultilock._lock import Lock
 from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import LockSet, take_all_flow
-from docmultilock._renewing import renew_together
-from docmultilock._sync.driver import Runner
 from docmultilock._wording import held_upgrade_pending
 from docmultilock.errors import (
     AssertiveLock,
@@ -42,7 +35,7 @@ from docmultilock.errors import (
 )
 from docmultilock.options import Duration
 
-__all__ = ["HeldLock", "HeldLocks", "Hold", "HoldAll"]
+__all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
 T = TypeVar("T")
 #: What entering a hold yields: one held lock, or a held set.
@@ -51,8 +44,8 @@ H = TypeVar("H", bound="_Held")
 log = logging.getLogger("docmultilock")
 
 
-class HeldLock:
-    """A lock held for the span of a ``with manager.hold(...)`` block.
+class AsyncHeldLock:
+    """A lock held for the span of an ``async with manager.hold(...)`` block.
 
     :ivar lost: an event set once the lock is known or feared lost (expired, taken over,
         or not extended in time).
@@ -62,23 +55,23 @@ class HeldLock:
     def __init__(
         self,
         ops: LockOperations,
-        runner: Runner,
+        runner: AsyncRunner,
         holding: Holding,
         *,
-        in_set: threading.Event | None = None,
+        in_set: asyncio.Event | None = None,
     ) -> None:
         self._ops = ops
         self._run = runner
         self._holding = holding
         spec = holding.spec
         # Its own, so that a set's other locks go on being renewed; ``in_set``, the set's, too.
-        self.lost = threading.Event()
+        self.lost = asyncio.Event()
         holding.tell_loss_to(self.lost.set, (in_set or self.lost).set)
         # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
         # Renewed in batches with the other holds of its manager under the same write
         # concern, by that group's own runner, one lock per document in each batch.
         group = _Group(ops, runner, spec.call.concern)
-        self._job = Job.weakly(
+        self._job = AsyncJob.weakly(
             self._renew,
             self._overdue,
             holding=holding,
@@ -116,7 +109,7 @@ class HeldLock:
 
         ::
 
-            orders.update_one(held.guard(), {"$set": {"status": "paid"}})
+            await orders.update_one(held.guard(), {"$set": {"status": "paid"}})
         """
         return self._ops.guard(self._holding.spec.key, self.lock)
 
@@ -129,7 +122,7 @@ class HeldLock:
         means the lock was lost before it landed: ``lost`` is set and the loss error
         (mapped through ``error_factory``) raised::
 
-            held.require(orders.update_one(held.guard(), {"$set": {"paid": True}}))
+            held.require(await orders.update_one(held.guard(), {"$set": {"paid": True}}))
         """
         if self._ops.applied(result):
             return result
@@ -138,7 +131,7 @@ class HeldLock:
         self._holding.lose(error)
         raise self._run.mapped(error)
 
-    def convert(self, tag: str, *, wait: Duration | None = None) -> Lock:
+    async def convert(self, tag: str, *, wait: Duration | None = None) -> Lock:
         """Convert this held lock to ``tag`` (an upgrade or a downgrade), and go on holding it.
 
         As the manager's ``convert()`` decides, with the hold's lifetime, backoff, timeout and
@@ -147,9 +140,9 @@ class HeldLock:
         still held and kept alive; call ``convert`` again to continue it before it lapses, or
         give ``wait`` seconds (run out, :class:`~docmultilock.LockTimeout`, the lock kept)::
 
-            with locks.hold({"_id": 1}, tag="read", keepalive=True) as held:
-                held.convert("write", wait=5)  # other readers drain first
-                held.require(orders.update_one(held.guard(), change))
+            async with locks.hold({"_id": 1}, tag="read", keepalive=True) as held:
+                await held.convert("write", wait=5)  # other readers drain first
+                held.require(await orders.update_one(held.guard(), change))
 
         Converting ``held.lock`` through the manager instead would leave this hold renewing
         a lock that no longer exists, and report it lost.
@@ -160,9 +153,9 @@ class HeldLock:
         flow = convert_flow(self._ops, holding, tag, wait=wait, clock=self._run.clock)
         # No renewal of the old lock may race the conversion: it would find it gone.
         if holding.spec.keepalive:
-            Extender.current().remove(self._job)
+            await AsyncExtender.current().remove(self._job)
         try:
-            lock, sent = self._run.unmapped(flow)
+            lock, sent = await self._run.unmapped(flow)
         except LockNotFound as err:
             self._holding.lose(err)
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
@@ -180,12 +173,12 @@ class HeldLock:
     def _keep_alive(self) -> None:
         """Have the keep-alive extend this lock from now on, if the hold asked for it."""
         if self._holding.spec.keepalive:
-            Extender.current().add(self._job, self._holding.expires)
+            AsyncExtender.current().add(self._job, self._holding.expires)
 
-    def _renew(self, limit: float) -> float | None:
+    async def _renew(self, limit: float) -> float | None:
         """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
         try:
-            error = self._run.unmapped(
+            error = await self._run.unmapped(
                 renew_flow(self._ops, self._holding, limit=limit, clock=self._run.clock)
             )
         except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
@@ -213,11 +206,11 @@ class HeldLock:
             )
         )
 
-    def _release(self, *, quiet: bool) -> None:
+    async def _release(self, *, quiet: bool) -> None:
         """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
         if self._holding.spec.keepalive:
-            Extender.current().remove(self._job)
-        lost = self._run.unmapped(
+            await AsyncExtender.current().remove(self._job)
+        lost = await self._run.unmapped(
             release_flow(self._ops, self._holding, quiet=quiet, clock=self._run.clock)
         )
         if lost is not None:
@@ -231,13 +224,13 @@ class _Group:
     """The holds renewed together: one manager's, under one write concern, by its runner."""
 
     ops: LockOperations
-    run: Runner
+    run: AsyncRunner
     concern: Any
 
-    def renew(self, holdings: Sequence[Holding], limit: float) -> tuple[list[Outcome], bool]:
+    async def renew(self, holdings: Sequence[Holding], limit: float) -> tuple[list[Outcome], bool]:
         """Renew ``holdings`` (one per document) by one command; record each loss."""
         try:
-            results, read = self.run.unmapped(
+            results, read = await self.run.unmapped(
                 renew_together(self.ops, holdings, limit=limit, clock=self.run.clock)
             )
         except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
@@ -255,60 +248,60 @@ class _Group:
 class _Held(Protocol):
     """What a hold's block holds: a lock, or a set, released when the block ends."""
 
-    def _release(self, *, quiet: bool) -> None: ...
+    async def _release(self, *, quiet: bool) -> None: ...
 
 
-class _Block(SyncOnly, Generic[H]):
+class _AsyncBlock(AsyncOnly, Generic[H]):
     """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
     ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
     made the block, for the error that a second entry raises.
     """
 
-    def __init__(self, runner: Runner, call: str, take: Callable[[], H]) -> None:
+    def __init__(self, runner: AsyncRunner, call: str, take: Callable[[], Awaitable[H]]) -> None:
         self._run = runner
         self._call = call
         self._take = take
         self._held: H | None = None
 
-    def __enter__(self) -> H:
+    async def __aenter__(self) -> H:
         if self._held is not None:
             raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
-        self._held = self._take()
+        self._held = await self._take()
         return self._held
 
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         held = self._held
-        assert held is not None, "__exit__ without __enter__"
+        assert held is not None, "__aexit__ without __aenter__"
         try:
             # The body's own exception wins: the release then only logs what it finds.
-            held._release(quiet=exc_type is not None)
+            await held._release(quiet=exc_type is not None)
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
 
-class Hold(_Block[HeldLock]):
-    """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
+class AsyncHold(_AsyncBlock[AsyncHeldLock]):
+    """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
 
-    def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
         super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
 
 
-def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
+async def _hold(ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> AsyncHeldLock:
     """Wait for the lock of ``spec`` and keep it alive."""
-    lock, sent = runner(wait_flow(ops, spec, runner.clock))
-    return HeldLock(ops, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
+    lock, sent = await runner(wait_flow(ops, spec, runner.clock))
+    return AsyncHeldLock(ops, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
 
 
-class HeldLocks:
-    """The locks of a set held for the span of a ``with manager.hold_all(...)`` block.
+class AsyncHeldLocks:
+    """The locks of a set held for the span of an ``async with manager.hold_all(...)`` block.
 
     :ivar lost: an event set once any lock of the set is known or feared lost.
-    :ivar members: each lock's :class:`HeldLock` (its own ``lost``), in the caller's order.
+    :ivar members: each lock's :class:`AsyncHeldLock` (its own ``lost``), in the caller's order.
     """
 
     def __init__(
-        self, ops: LockOperations, locks: LockSet, members: list[HeldLock], lost: threading.Event
+        self, ops: LockOperations, locks: LockSet, members: list[AsyncHeldLock], lost: asyncio.Event
     ) -> None:
         self._ops = ops
         self._set = locks
@@ -335,7 +328,7 @@ class HeldLocks:
 
         ::
 
-            accounts.update_one(held.guard({"_id": "A"}), {"$inc": {"balance": -10}})
+            await accounts.update_one(held.guard({"_id": "A"}), {"$inc": {"balance": -10}})
 
         :raises InvalidArgument: ``key`` is not one of the set's.
         """
@@ -345,11 +338,11 @@ class HeldLocks:
     def require(self, result: T, key: Any = None) -> T:
         """Return ``result`` of a guarded write; raise that key's loss if it matched nothing.
 
-        As :meth:`HeldLock.require` does for the lock of ``key``: by default the key of
+        As :meth:`AsyncHeldLock.require` does for the lock of ``key``: by default the key of
         the last :meth:`guard` call, as in the usual one-liner (pass ``key`` where tasks
         share the set)::
 
-            held.require(accounts.update_one(held.guard(a), {"$inc": {"n": 1}}))
+            held.require(await accounts.update_one(held.guard(a), {"$inc": {"n": 1}}))
 
         :raises InvalidArgument: no ``key``, and :meth:`guard` was never called.
         """
@@ -358,7 +351,7 @@ class HeldLocks:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
-    def _release(self, *, quiet: bool) -> None:
+    async def _release(self, *, quiet: bool) -> None:
         """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
 
         The locks go in the reverse of the order they were taken in; the loss raised is the
@@ -367,23 +360,23 @@ class HeldLocks:
         errors: dict[int, LockError] = {}
         for place in reversed(self._set.places):
             try:
-                self.members[place]._release(quiet=quiet)
+                await self.members[place]._release(quiet=quiet)
             except LockError as err:
                 errors[place] = err
         if errors:
             raise errors[min(errors)]
 
 
-class HoldAll(_Block[HeldLocks]):
-    """What ``hold_all()`` returns: enter it with ``with`` to hold every lock of a set."""
+class AsyncHoldAll(_AsyncBlock[AsyncHeldLocks]):
+    """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
 
-    def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
+    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
         super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
 
 
-def _hold_all(ops: LockOperations, runner: Runner, locks: LockSet) -> HeldLocks:
+async def _hold_all(ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> AsyncHeldLocks:
     """Take every lock of ``locks`` and keep each alive."""
-    taken = runner(take_all_flow(ops, locks, runner.clock))
-    lost = threading.Event()
-    members = [HeldLock(ops, runner, holding, in_set=lost) for holding in taken]
-    return HeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    taken = await runner(take_all_flow(ops, locks, runner.clock))
+    lost = asyncio.Event()
+    members = [AsyncHeldLock(ops, runner, holding, in_set=lost) for holding in taken]
+    return AsyncHeldLocks(ops, locks, locks.in_callers_order(members), lost)

@@ -3,12 +3,12 @@
 :func:`renew_together` renews the locks of several holders of one manager by one command
 (``LockCore.renew_each``), reads the batch's documents when the reply's count shows fewer
 renewed than named (``LockCore.batch_read``), and tells each lock's outcome
-(``_batches.outcomes``). A renewed lock's estimate starts from the send time, as after a
+(``_batch_rules.outcomes``). A renewed lock's estimate starts from the send time, as after a
 lone renewal, and its ``expires_at`` moves on as a lower bound (``_holding.Holding.renewed``:
 the reply holds a count, not the new expiries); the ledger learns of the renewal, and the
 listener is told ``extended`` with that lock; a lost one gets the error a lone renewal
 would have raised, told ``lost``; a batch that failed or went unanswered tells nothing
-(:data:`~docmultilock._batches.AGAIN`), leaving every estimate as it was.
+(:data:`~docmultilock._batch_rules.AGAIN`), leaving every estimate as it was.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from docmultilock._batches import AGAIN, Outcome, Renewal, outcomes
+from docmultilock._batch_rules import AGAIN, Outcome, Renewal, outcomes
 from docmultilock._flows import Clock, Flow, aggregate, send_many
-from docmultilock._holding import Holding
+from docmultilock._held_lock import Holding
 from docmultilock._lock_flows import LockOperations
 from docmultilock.errors import LockError
 

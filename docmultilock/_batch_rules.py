@@ -1,6 +1,6 @@
 """Renewing kept-alive locks together: which go in one command, and what its reply means.
 
-The keep-alive's schedule (``_renewals.Schedule``) renews a lock *alone* (one
+The keep-alive's schedule (``_schedule.Schedule``) renews a lock *alone* (one
 ``findAndModify``) or *in a batch*: one ``update_many`` per manager, whose pipeline
 (``_pipeline.renew_each_body``) extends, in each document of the batch, the one live,
 granted entry of ours the batch names for it. Here, without I/O:
