@@ -4,7 +4,7 @@
 (``LockCore.renew_each``), reads the batch's documents when the reply's count shows fewer
 renewed than named (``LockCore.batch_read``), and tells each lock's outcome
 (``_batch_rules.outcomes``). A renewed lock's estimate starts from the send time, as after a
-lone renewal, and its ``expires_at`` moves on as a lower bound (``_holding.Holding.renewed``:
+lone renewal, and its ``expires_at`` moves on as a lower bound (``_held_lock.Holding.renewed``:
 the reply holds a count, not the new expiries); the ledger learns of the renewal, and the
 listener is told ``extended`` with that lock; a lost one gets the error a lone renewal
 would have raised, told ``lost``; a batch that failed or went unanswered tells nothing

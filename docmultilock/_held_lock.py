@@ -22,7 +22,7 @@ from docmultilock._backoff import Backoff
 from docmultilock._calls import Acquisition
 from docmultilock._ledger import Stamp
 from docmultilock._lock import Lock
-from docmultilock.errors import LockError
+from docmultilock.errors import DbTimeout, LockError
 from docmultilock.options import OnLost
 
 __all__ = ["HoldSpec", "Holding"]
@@ -105,6 +105,21 @@ class Holding:
                 self._lock, self._stamp = lock, Stamp.read_at(lock.expires_at, read)
             self._expires = max(self._expires, sent + self.spec.lifetime)
             return self._lock
+
+    def overdue(self) -> None:
+        """The expiry estimate passed before a renewal succeeded: the lock counts as lost.
+
+        Told by the keep-alive at the estimate, also while an extension is still in
+        flight: from then on nobody can vouch for the lock.
+        """
+        spec, lock = self.spec, self.lock
+        self.lose(
+            DbTimeout(
+                f"lock {lock.id} ({lock.tag!r}) on {spec.key!r} was not extended before "
+                f"its expiry estimate ({spec.lifetime:g} s after the last extension was "
+                "sent): the server did not answer in time, or the process fell behind"
+            )
+        )
 
     def tell_loss_to(self, *signals: Callable[[], None]) -> None:
         """Call each of ``signals`` when the lock is lost (a holder's ``lost`` events)."""

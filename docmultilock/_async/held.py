@@ -28,7 +28,6 @@ from docmultilock._lockset import LockSet, take_all_flow
 from docmultilock._wording import held_upgrade_pending
 from docmultilock.errors import (
     AssertiveLock,
-    DbTimeout,
     InvalidArgument,
     LockError,
     LockNotFound,
@@ -66,19 +65,18 @@ class AsyncHeldLock:
         spec = holding.spec
         # Its own, so that a set's other locks go on being renewed; ``in_set``, the set's, too.
         self.lost = asyncio.Event()
-        holding.tell_loss_to(self.lost.set, (in_set or self.lost).set)
-        # Held weakly by the keep-alive: a hold dropped without its exit stops being renewed.
-        # Renewed in batches with the other holds of its manager under the same write
-        # concern, by that group's own runner, one lock per document in each batch.
+        holding.tell_loss_to(self.lost.set, *(() if in_set is None else (in_set.set,)))
+        # The keep-alive holds the holding weakly: a hold dropped without its exit stops
+        # being renewed. Renewed alone, or in batches with the other holds of its manager
+        # under the same write concern, one lock per document in each batch: by that
+        # group's runner.
         group = _Group(ops, runner, spec.call.concern)
         self._job = AsyncJob.weakly(
-            self._renew,
-            self._overdue,
-            holding=holding,
+            holding,
+            group,
             lead=spec.lifetime - spec.every,
             name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
             batching=Batching(group, repr(holding.lock.document_id)),
-            together=group.renew,
         )
         self._keep_alive()
 
@@ -175,37 +173,6 @@ class AsyncHeldLock:
         if self._holding.spec.keepalive:
             AsyncExtender.current().add(self._job, self._holding.expires)
 
-    async def _renew(self, limit: float) -> float | None:
-        """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
-        try:
-            error = await self._run.unmapped(
-                renew_flow(self._ops, self._holding, limit=limit, clock=self._run.clock)
-            )
-        except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
-            log.exception("keep-alive of lock %s failed", self.lock.id)
-            error = LockError(f"keep-alive failed: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-        if error is not None:
-            self._holding.lose(error)
-        if self._holding.error is not None:
-            return None
-        return self._holding.expires
-
-    def _overdue(self) -> None:
-        """The expiry estimate passed before a renewal succeeded: the lock counts as lost.
-
-        Called by the keep-alive at the estimate, also while an extension is still in
-        flight: from then on nobody can vouch for the lock.
-        """
-        spec, lock = self._holding.spec, self.lock
-        self._holding.lose(
-            DbTimeout(
-                f"lock {lock.id} ({lock.tag!r}) on {spec.key!r} was not extended before "
-                f"its expiry estimate ({spec.lifetime:g} s after the last extension was "
-                "sent): the server did not answer in time, or the process fell behind"
-            )
-        )
-
     async def _release(self, *, quiet: bool) -> None:
         """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
         if self._holding.spec.keepalive:
@@ -226,6 +193,20 @@ class _Group:
     ops: LockOperations
     run: AsyncRunner
     concern: Any
+
+    async def extend(self, holding: Holding, limit: float) -> float | None:
+        """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
+        try:
+            error = await self.run.unmapped(
+                renew_flow(self.ops, holding, limit=limit, clock=self.run.clock)
+            )
+        except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
+            log.exception("keep-alive of lock %s failed", holding.lock.id)
+            error = LockError(f"keep-alive failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        if error is not None:
+            holding.lose(error)
+        return None if holding.error is not None else holding.expires
 
     async def renew(self, holdings: Sequence[Holding], limit: float) -> tuple[list[Outcome], bool]:
         """Renew ``holdings`` (one per document) by one command; record each loss."""

@@ -28,7 +28,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from docmultilock._batch_rules import AGAIN, Batch, Batching, Outcome
 from docmultilock._clock import SYSTEM_CLOCK, Clock
@@ -40,9 +40,10 @@ from docmultilock._concurrency import (
     async_start,
     async_wait_event,
 )
+from docmultilock._held_lock import Holding
 from docmultilock._schedule import Lose, Schedule, Start, Stats, Wait
 
-__all__ = ["EXTENSION_NAME", "SLOTS", "THREAD_NAME", "AsyncExtender", "AsyncJob"]
+__all__ = ["EXTENSION_NAME", "SLOTS", "THREAD_NAME", "AsyncExtender", "AsyncGroup", "AsyncJob"]
 
 log = logging.getLogger("docmultilock")
 
@@ -62,8 +63,14 @@ WORKER_IDLE = 10.0
 Renewed = tuple[Sequence[Outcome], bool]
 
 
-def _nobody() -> Any:
-    return None
+class AsyncGroup(Protocol):
+    """What renews the holdings of one group: one alone, or several by one command."""
+
+    def extend(self, holding: Holding, limit: float) -> Awaitable[float | None]:
+        """Extend ``holding`` within ``limit`` s: its new estimate, or ``None`` if lost."""
+
+    def renew(self, holdings: Sequence[Holding], limit: float) -> Awaitable[Renewed]:
+        """Renew ``holdings`` by one command within ``limit`` s: each outcome, and if read."""
 
 
 @dataclass(frozen=True, eq=False)  # identity: each held lock registers its own job
@@ -82,45 +89,38 @@ class AsyncJob:
     #: Renews the holdings of the job's group together (with ``batching``).
     together: Callable[[Sequence[Any], float], Awaitable[Renewed]] | None = None
     #: The holding ``together`` is given (``None`` once it was garbage-collected).
-    holding: Callable[[], Any] = _nobody
+    holding: Callable[[], Any] = lambda: None
     #: What the job keeps alive, for the log.
     name: str = ""
 
     @classmethod
     def weakly(
-        cls,
-        extend: Callable[[float], Awaitable[float | None]],
-        lose: Callable[[], None],
-        *,
-        holding: object,
-        lead: float,
-        name: str,
-        batching: Batching | None = None,
-        together: Callable[[Sequence[Any], float], Awaitable[Renewed]] | None = None,
+        cls, holding: Holding, group: AsyncGroup, *, lead: float, name: str, batching: Batching
     ) -> AsyncJob:
-        """A job that holds its holder (the owner of the bound methods) weakly.
+        """The job of a held lock's ``holding``, renewed by its ``group``; held weakly.
 
-        ``holding`` is what ``together`` renews: the held lock's state, also held weakly.
-        A ``hold()`` dropped without its exit (never left, then garbage-collected) is no
-        longer renewed: its next renewal finds it gone, logs a warning naming ``name``,
-        and ends the job, so its lock expires within its lifetime and the keep-alive stops
-        once nothing else is kept. Strong references would renew it for ever.
+        ``group`` extends one holding (``extend``) or several together (``renew``); the
+        holding tells its own loss (``overdue``). A ``hold()`` dropped without its exit
+        (never left, then garbage-collected) is no longer renewed: its next renewal finds
+        it gone, logs a warning naming ``name``, and ends the job, so its lock expires
+        within its lifetime and the keep-alive stops once nothing else is kept. Strong
+        references would renew it for ever.
         """
-        extending, losing = weakref.WeakMethod(extend), weakref.WeakMethod(lose)
+        held = weakref.ref(holding)
 
-        async def extend_weakly(limit: float) -> float | None:
-            method = extending()
-            if method is None:
+        async def extend(limit: float) -> float | None:
+            alive = held()
+            if alive is None:
                 dropped(name)
                 return None
-            return await method(limit)
+            return await group.extend(alive, limit)
 
-        def lose_weakly() -> None:
-            method = losing()
-            if method is not None:
-                method()
+        def lose() -> None:
+            alive = held()
+            if alive is not None:
+                alive.overdue()
 
-        return cls(extend_weakly, lose_weakly, lead, batching, together, weakref.ref(holding), name)
+        return cls(extend, lose, lead, batching, group.renew, held, name)
 
 
 def dropped(name: str) -> None:
