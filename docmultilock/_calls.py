@@ -77,15 +77,11 @@ class Fresh(NamedTuple):
 
     def continued(self, pending: Lock) -> Continued:
         """The same acquisition, continuing the pending lock it registered."""
-        return new_continued(
-            (self.key, self.user_filter, pending, self.lifetime_ms, self.limit, self.concern)
-        )
+        return new_continued(_around(self, pending))
 
     def held(self, lock: Lock) -> Held:
         """The holder's command of ``lock``, which this acquisition got."""
-        return new_held(
-            (self.key, self.user_filter, lock, self.lifetime_ms, self.limit, self.concern)
-        )
+        return new_held(_around(self, lock))
 
 
 class Continued(NamedTuple):
@@ -107,15 +103,16 @@ class Continued(NamedTuple):
 
     def continued(self, pending: Lock) -> Continued:
         """The same acquisition, continuing ``pending`` instead."""
-        return new_continued(
-            (self.key, self.user_filter, pending, self.lifetime_ms, self.limit, self.concern)
-        )
+        return new_continued(_around(self, pending))
 
     def held(self, lock: Lock) -> Held:
         """The holder's command of ``lock``, which this acquisition got."""
-        return new_held(
-            (self.key, self.user_filter, lock, self.lifetime_ms, self.limit, self.concern)
-        )
+        return new_held(_around(self, lock))
+
+
+def _around(call: Fresh | Continued | Conversion, lock: Lock) -> tuple[Any, ...]:
+    """``call``'s key and bounds around ``lock``: the fields of the call acting on it next."""
+    return (call.key, call.user_filter, lock, call.lifetime_ms, call.limit, call.concern)
 
 
 #: ``new_fresh((key, user_filter, tag, lifetime_ms, limit, concern))``, as :data:`new_held`.
@@ -143,9 +140,7 @@ class Conversion(NamedTuple):
 
     def held(self, lock: Lock) -> Held:
         """The holder's command of ``lock``, which this conversion returned."""
-        return new_held(
-            (self.key, self.user_filter, lock, self.lifetime_ms, self.limit, self.concern)
-        )
+        return new_held(_around(self, lock))
 
 
 class Read(NamedTuple):

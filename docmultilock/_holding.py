@@ -32,7 +32,7 @@ from docmultilock._held_lock import Holding, HoldSpec
 from docmultilock._lock import Lock
 from docmultilock._lock_flows import LockOperations
 from docmultilock._waiting import Tend, Waiter, wait_out
-from docmultilock._wording import in_the_way, reworded
+from docmultilock._wording import gave_up, reworded
 from docmultilock.errors import (
     CooperativeLock,
     InvalidArgument,
@@ -164,14 +164,7 @@ def wait_flow(
         return ops.acquire(attempt, clock=clock, fair=spec.fair)
 
     def timed_out(last: LockConflict, waited: float, attempts: int) -> LockTimeout:
-        return LockTimeout(
-            f"gave up waiting for a {tag!r} lock on {spec.key!r} after "
-            f"{waited:.3g} s and {attempts} attempts: {in_the_way(last)}",
-            filter=last.filter,
-            attempts=attempts,
-            waited=waited,
-            blocking_tags=getattr(last, "blocking_tags", ()),
-        )
+        return gave_up(f"for a {tag!r} lock on {spec.key!r}", last, waited, attempts)
 
     def give_up(pending: Lock, renewed: float, refusal: BaseException) -> Flow[None]:
         withdrawn = Taken(call, pending, renewed + spec.lifetime)

@@ -29,7 +29,7 @@ from docmultilock._operating import new_lock_id
 from docmultilock._plans import AcquirePlan, ConvertPlan
 from docmultilock._read_flows import ReadFlows
 from docmultilock._waiting import Tend, Waiter, wait_out
-from docmultilock._wording import in_the_way
+from docmultilock._wording import gave_up
 from docmultilock.errors import (
     AssertiveLock,
     CooperativeLock,
@@ -193,15 +193,9 @@ class LockOperations(ReadFlows):
         held, tag = call.lock, call.tag
 
         def timed_out(last: LockConflict, waited: float, attempts: int) -> LockTimeout:
-            return LockTimeout(
-                f"gave up waiting to convert lock {held.id} to {tag!r} on {call.key!r} "
-                f"after {waited:.3g} s and {attempts} attempts: {in_the_way(last)}, and "
-                f"the {held.tag!r} lock is still held",
-                filter=last.filter,
-                attempts=attempts,
-                waited=waited,
-                blocking_tags=getattr(last, "blocking_tags", ()),
-            )
+            waiting = f"to convert lock {held.id} to {tag!r} on {call.key!r}"
+            still = f", and the {held.tag!r} lock is still held"
+            return gave_up(waiting, last, waited, attempts, also=still)
 
         def give_up(pending: Lock, _renewed: float, _error: BaseException) -> Flow[None]:
             # Never leave a pending upgrade behind: it refuses every new reader.

@@ -17,12 +17,18 @@ from __future__ import annotations
 from typing import TypeVar
 
 from docmultilock._lock import Lock
-from docmultilock.errors import AssertiveLock, LockConflict, LockError, LockNotFound
+from docmultilock.errors import (
+    AssertiveLock,
+    LockConflict,
+    LockError,
+    LockNotFound,
+    LockTimeout,
+)
 
 __all__ = [
     "LOSSES",
+    "gave_up",
     "held_upgrade_pending",
-    "in_the_way",
     "loss_message",
     "reworded",
     "set_member",
@@ -87,12 +93,25 @@ def reworded(error: E, noun: str, doing: str, member: str = "") -> E:
     return type(error)(message, filter=error.filter, lock=error.lock)
 
 
-def in_the_way(last: LockConflict) -> str:
-    """What kept a wait that ran out from its lock: the last refusal, without its advice."""
+def gave_up(
+    waiting: str, last: LockConflict, waited: float, attempts: int, *, also: str = ""
+) -> LockTimeout:
+    """The timeout of a wait ``waiting`` for something, after ``last``, its last refusal.
+
+    The refusal is told without its advice (call again, continue the pending entry): the
+    wait is over and its pending entry withdrawn. ``also`` ends the message.
+    """
     if isinstance(last, AssertiveLock):
-        drained = ", ".join(last.blocking_tags)
-        return f"these tags did not drain: {drained}"
-    return str(last)
+        told = f"these tags did not drain: {', '.join(last.blocking_tags)}"
+    else:
+        told = str(last)
+    return LockTimeout(
+        f"gave up waiting {waiting} after {waited:.3g} s and {attempts} attempts: {told}{also}",
+        filter=last.filter,
+        attempts=attempts,
+        waited=waited,
+        blocking_tags=getattr(last, "blocking_tags", ()),
+    )
 
 
 def held_upgrade_pending(err: AssertiveLock, was: str, tag: str) -> AssertiveLock:
