@@ -229,8 +229,13 @@ def test_fastapi_example_pays_with_a_guarded_write_and_releases_the_lock(
 
 
 def test_fastapi_example_charges_once_when_paid_twice_at_once(
-    shop: FastAPI, collection: Collection[dict[str, Any]]
+    fastapi_example: ModuleType, uri: str, collection: Collection[dict[str, Any]]
 ) -> None:
+    collection.insert_one({"_id": 1, "status": "new", "total": 10})
+    # Long enough for the second request to outwait the first on a loaded machine.
+    shop: FastAPI = fastapi_example.create_app(
+        uri, database=collection.database.name, collection=collection.name, wait=10.0
+    )
     with TestClient(shop) as browser, ThreadPoolExecutor(2) as pool:
         both = list(pool.map(lambda _: browser.post("/orders/1/pay"), range(2)))
 
