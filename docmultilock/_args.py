@@ -130,10 +130,12 @@ def check_tag(tag: object, rules: TagRules) -> str:
 def tag_or_only(tag: object, rules: TagRules) -> str:
     """``check_tag``, with ``None`` meaning the one tag of a table that declares only one."""
     if tag is None:
-        if len(rules.tags) != 1:
-            declared = ", ".join(repr(t) for t in sorted(rules.tags))
-            raise InvalidArgument(f"give tag=: this lock manager declares {declared}")
-        (tag,) = rules.tags
+        declared = rules.lifetime_ms  # every declared tag (not ``rules.tags``: a set less)
+        if len(declared) != 1:
+            listed = ", ".join(repr(t) for t in sorted(declared))
+            raise InvalidArgument(f"give tag=: this lock manager declares {listed}")
+        (only,) = declared
+        return only
     return check_tag(tag, rules)
 
 

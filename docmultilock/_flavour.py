@@ -38,7 +38,7 @@ __all__ = [
 log = logging.getLogger("docmultilock")
 
 #: Releases the lock a manager handed out: it returns once done (sync), or a coroutine.
-Release = Callable[[], object]
+Release = Callable[[Any], object]
 
 L = TypeVar("L", bound="NotAHold")
 
@@ -181,7 +181,11 @@ class SyncOnly:
 
 
 def unclaimed(lock: L, release: Release) -> L:
-    """``lock`` as a manager hands it out: entered by mistake, it calls ``release`` first."""
+    """``lock`` as a manager hands it out: entered by mistake, it calls ``release(lock)`` first.
+
+    ``release`` is given the lock rather than holding it: a lock that held its own release
+    would be a reference cycle, left to the garbage collector on every acquisition.
+    """
     object.__setattr__(lock, "_unclaimed", release)
     return lock
 
@@ -245,7 +249,7 @@ class NotAHold:
             release, told = self._claim(), ""
             if release is not None:
                 try:
-                    told = _released(release())
+                    told = _released(release(self))
                 except Exception as exc:  # the release's own error: reported, not raised
                     told = _failed(exc)
             raise TypeError(_NOT_A_CONTEXT_MANAGER.format(told=told, statement="with"))
@@ -256,7 +260,7 @@ class NotAHold:
             release, told = self._claim(), ""
             if release is not None:
                 try:
-                    result = release()
+                    result = release(self)
                     if inspect.isawaitable(result):
                         await result
                     told = _RELEASED

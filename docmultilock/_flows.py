@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from bson.errors import InvalidDocument
 from pymongo.errors import DuplicateKeyError, PyMongoError
@@ -69,8 +69,11 @@ _RETRY_PAUSE_MAX = 1.0
 CLEANUP_LIMIT = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+# The effects a retry loop yields are named tuples, made by ``tuple.__new__`` (``_retried``):
+# a frozen dataclass's ``__init__`` costs a call and a ``__setattr__`` per field, per command.
+
+
+class Send(NamedTuple):
     """Send ``command`` with write concern ``w`` within ``timeout`` seconds; get its reply.
 
     With ``settle``, a cancellation that comes while it is out is let into the flow only
@@ -84,8 +87,7 @@ class Send:
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Reread:
+class Reread(NamedTuple):
     """Read the document matching ``filter`` (projected); get it, or ``None``."""
 
     filter: dict[str, Any]
@@ -116,16 +118,14 @@ class MakeTtlIndex:
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Aggregate:
+class Aggregate(NamedTuple):
     """Run a read-only aggregation ``pipeline``; get the list of its documents."""
 
     pipeline: list[dict[str, Any]]
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class SendMany:
+class SendMany(NamedTuple):
     """Send ``command`` (an ``update_many``) with write concern ``w`` within ``timeout``.
 
     Gets the number of documents it modified.
@@ -330,7 +330,7 @@ def send_many(
 
 
 def _retried(
-    make: Callable[..., Effect],
+    make: type[Send | Aggregate | SendMany],
     args: tuple[Any, ...],
     *,
     doing: str,
@@ -357,7 +357,7 @@ def _retried(
     attempt = 0
     while True:
         try:
-            result = yield make(*args, left)
+            result = yield tuple.__new__(make, args + (left,))  # noqa: RUF005 - no list built
             if result is None and command is not None and command.upsert:
                 # SecantusDB workaround (docs/server.md): an upsert that lost the race to
                 # create the document is applied to the winner's document, yet answered

@@ -128,10 +128,9 @@ class LockOperations(ReadFlows):
                     error=err,
                 )
             raise
-        self.ledger.saw(granted, at=clock.monotonic())
-        self.events.emit(
-            "granted", user_filter, tag=name, lock=granted, duration=clock.monotonic() - started
-        )
+        read = clock.monotonic()
+        self.ledger.saw(granted, at=read)
+        self.events.emit("granted", user_filter, tag=name, lock=granted, duration=read - started)
         return granted
 
     def _withdraw(

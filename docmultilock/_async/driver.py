@@ -43,7 +43,7 @@ from docmultilock._settle import AsyncSettle
 from docmultilock.errors import LockError
 from docmultilock.options import ErrorFactory, raised_for
 
-__all__ = ["AsyncMongoIO", "AsyncRunner", "run", "server_hello"]
+__all__ = ["AsyncMongoIO", "AsyncRunner", "server_hello"]
 
 T = TypeVar("T")
 
@@ -73,9 +73,13 @@ class AsyncMongoIO:
 
     async def perform(self, effect: Effect, clock: Clock) -> Any:
         """Do what ``effect`` says; return its result (pymongo's errors propagate)."""
-        if isinstance(effect, Send):
-            with _deadline(effect.timeout):
-                sending = _execute(self._view(effect.w), effect.command)
+        if isinstance(effect, Send):  # every command: the view's lookup and the bound inline
+            view = self._views.get(effect.w)
+            if view is None:
+                view = self._view(effect.w)
+            timeout = effect.timeout
+            with contextlib.nullcontext() if timeout is None else pymongo.timeout(timeout):
+                sending = _execute(view, effect.command)
                 if effect.settle:  # seen through, so that a withdrawal comes after it
                     return await AsyncSettle.reply(sending, effect.timeout)
                 return await sending
@@ -160,27 +164,6 @@ async def _execute(collection: AsyncCollection[Any], command: Command) -> Mappin
     return reply
 
 
-async def run(flow: Flow[T], io: AsyncMongoIO, clock: Clock) -> T:
-    """Run ``flow`` to its end: perform each effect, send back its result or throw its error.
-
-    Every exception of an effect is thrown into the flow, a cancellation included, so a
-    flow can clean up (release a pending entry) before it re-raises.
-    """
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = flow.send(result) if error is None else flow.throw(error)
-        except StopIteration as done:
-            value: T = done.value
-            return value
-        result, error = None, None
-        try:
-            result = await io.perform(effect, clock)
-        except BaseException as exc:
-            error = exc
-
-
 class AsyncRunner:
     """Runs one manager's flows with this driver, and maps their errors in one place.
 
@@ -194,16 +177,37 @@ class AsyncRunner:
         self.clock = clock
         self._error_factory = error_factory
 
-    async def __call__(self, flow: Flow[T]) -> T:
-        """Run ``flow``; a LockError leaves as ``error_factory`` makes it."""
+    async def __call__(self, flow: Flow[T], *, mapped: bool = True) -> T:
+        """Run ``flow`` to its end: perform each effect, send back its result or throw its error.
+
+        Every exception of an effect is thrown into the flow, a cancellation included, so a
+        flow can clean up (release a pending entry) before it re-raises. A LockError leaves
+        as ``error_factory`` makes it, unless not ``mapped``. (The loop is here, not in a
+        function this calls: a call less per operation.)
+        """
+        perform, clock = self.io.perform, self.clock
+        result: Any = None
+        error: BaseException | None = None
         try:
-            return await run(flow, self.io, self.clock)
+            while True:
+                try:
+                    effect = flow.send(result) if error is None else flow.throw(error)
+                except StopIteration as done:
+                    value: T = done.value
+                    return value
+                result, error = None, None
+                try:
+                    result = await perform(effect, clock)
+                except BaseException as exc:
+                    error = exc
         except LockError as err:
+            if not mapped:
+                raise
             raise self.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
     async def unmapped(self, flow: Flow[T]) -> T:
         """Run ``flow``, its errors as they are (for the keep-alive and ``hold()``'s exits)."""
-        return await run(flow, self.io, self.clock)
+        return await self(flow, mapped=False)
 
     def handed_out(self, ops: LockOperations, call: Acquisition | Conversion, lock: Lock) -> Lock:
         """``lock``, granted by ``call``, as a public method hands it out.
@@ -212,7 +216,7 @@ class AsyncRunner:
         raises the ``TypeError`` (``_flavour.NotAHold``): the caller never received it.
         """
         return unclaimed(
-            lock, lambda: self.unmapped(ops.release(call.held(lock), clock=self.clock))
+            lock, lambda given: self.unmapped(ops.release(call.held(given), clock=self.clock))
         )
 
     def mapped(self, err: LockError) -> BaseException:

@@ -48,7 +48,10 @@ class Holds:
 
     def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
         """``acquire()``: one attempt, or with ``wait=``, ``hold()``'s waiting flow."""
-        acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
+        if options:
+            acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
+        else:  # a plain acquire(key): nothing to check or split
+            acquiring, waiting = {}, {}
         call = self._ops.acquiring(key, **acquiring)
         if waiting:
             spec = plan_hold(self._ops, call, waiting)
