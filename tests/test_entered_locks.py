@@ -135,3 +135,19 @@ def test_a_lock_entered_after_its_loss_says_its_release_failed(
     told = r"releasing the lock it names failed \((LockWasReacquired|LockNotFound):"
     with pytest.raises(TypeError, match=told):
         portal.call(enter(lock, "async with"))
+
+
+def test_a_handed_out_lock_is_freed_without_the_garbage_collector(subject: Subject) -> None:
+    # Its release must not hold the lock itself: a lock in a reference cycle waits for the
+    # collector, on every acquisition. Saved by the collector, a cycle's Lock shows here.
+    lock = subject.locks.acquire(subject.key, **tag_of(subject))
+    subject.locks.release(subject.key, lock)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        del lock
+        gc.collect()
+        assert [found for found in gc.garbage if isinstance(found, Lock)] == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
