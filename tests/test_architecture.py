@@ -135,10 +135,14 @@ SERVER_CALLS = frozenset({
     "update_one", "watch",
 })  # fmt: skip
 
-#: Where users read code: the README, the docs' pages and the examples.
+#: Where users read code: the README, the docs' pages and the examples; and the public
+#: usages that must type-check (``tests/typing``).
 README = ROOT / "README.md"
 PAGES = [page for page in sorted((ROOT / "docs").rglob("*.md")) if "_build" not in page.parts]
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = [
+    *sorted((ROOT / "examples").glob("*.py")),
+    *sorted((ROOT / "tests" / "typing").glob("*.py")),
+]
 
 FENCE = re.compile(r"^```(?P<lang>\S*)\n(?P<code>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 #: A cross-reference in the docs' text: ``{py:class}`~docmultilock.Lock``` or ``:class:`...```.
