@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, NamedTuple, cast
 
 from bson import encode
 from bson.raw_bson import RawBSONDocument
@@ -36,6 +37,7 @@ __all__ = [
     "ManyCommand",
     "Verdicts",
     "encoded",
+    "new_command",
 ]
 
 #: Live entries one lock field takes at most, unless a manager says otherwise: about
@@ -76,6 +78,13 @@ class Command(NamedTuple):
     def named(self) -> Filter:
         """The filter an error names: the caller's."""
         return self.filter if self.user_filter is None else self.user_filter
+
+
+#: ``new_command((filter, update, projection, return_after, upsert, delete, user_filter))``:
+#: a :class:`Command` made by ``tuple.__new__`` itself, every field given in order. Calling
+#: a named tuple's class runs its Python-level ``__new__`` (about 2,000 instructions);
+#: commands are made on the hot path, two per acquire+release cycle (``_calls`` does the same).
+new_command = cast(Callable[[tuple[Any, ...]], Command], partial(tuple.__new__, Command))
 
 
 class ManyCommand(NamedTuple):

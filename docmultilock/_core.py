@@ -33,6 +33,7 @@ from docmultilock._command import (
     ManyCommand,
     Verdicts,
     encoded,
+    new_command,
 )
 from docmultilock._converting import regrant_body, upgrade_body, withdrawal_body
 from docmultilock._expr import SERVER_NOW, Expr, contains, literal
@@ -52,6 +53,9 @@ from docmultilock._plans import (
     DeletePlan,
     ExtendPlan,
     ReleasePlan,
+    new_acquire_plan,
+    new_extend_plan,
+    new_release_plan,
 )
 from docmultilock._reply import ReplyShape
 from docmultilock._rules import TagRules
@@ -159,16 +163,20 @@ class LockCore:
             body = self._lazy_body(self._fair, tag, acquire_body, fresh=False, fair=True)
         # Only a fresh lone tag's reply goes without the tags in the way: all are its own.
         listed = continuing is not None or fair or tag not in self._lone
-        command = Command(
-            filter=dict(target),
-            update=update_stages(self.field, body, bindings),
-            projection=self.shape.of_entry(lock_id, with_tags=listed, counted=tag),
-            return_after=True,
-            # A pending lock is continued only on its existing document.
-            upsert=self.home.on_demand and continuing is None,
-            user_filter=user_filter,
+        command = new_command(
+            (
+                dict(target),
+                update_stages(self.field, body, bindings),
+                self.shape.of_entry(lock_id, with_tags=listed, counted=tag),
+                True,  # return_after
+                self.home.on_demand
+                and continuing is None,  # upsert: a pending lock's document is there
+                False,  # delete
+                user_filter,
+            )
         )
-        return AcquirePlan(self.judge, command, user_filter, tag, lock_id, continuing, fair, listed)
+        plan = (self.judge, command, user_filter, tag, lock_id, continuing, fair, listed)
+        return new_acquire_plan(plan)
 
     def _lazy_body(
         self, cache: dict[str, Any], tag: str, build: Callable[..., Expr], **options: bool
@@ -222,7 +230,7 @@ class LockCore:
         A spent value (a lock converted since, ``_pipeline.spent``) removes nothing.
         """
         command = self.removal(target, user_filter=user_filter, lock_id=lock.id, given=_given(lock))
-        return ReleasePlan(self.judge, command, user_filter, lock)
+        return new_release_plan((self.judge, command, user_filter, lock))
 
     def withdrawal(self, target: Filter, *, user_filter: Filter, lock_id: str) -> Command:
         """The removal of entry ``lock_id`` from the document of ``target`` that holds it.
@@ -244,12 +252,16 @@ class LockCore:
         ``given``: the fence of the value released (``None``: any entry of the id goes).
         """
         bindings = {"id": literal(lock_id), "given": given}
-        return Command(
-            filter=dict(target),
-            update=update_stages(self.field, self._release, bindings),
-            projection=self.shape.of_entry(lock_id, with_tags=False),
-            return_after=False,  # the entry's presence *before* the write tells the outcome
-            user_filter=user_filter,
+        return new_command(
+            (
+                dict(target),
+                update_stages(self.field, self._release, bindings),
+                self.shape.of_entry(lock_id, with_tags=False),
+                False,  # return_after: the entry's presence *before* the write tells the outcome
+                False,  # upsert
+                False,  # delete
+                user_filter,
+            )
         )
 
     def extend(
@@ -266,14 +278,18 @@ class LockCore:
             "dttl": self.rules.lifetime_ms[lock.tag],
             "given": _given(lock),
         }
-        command = Command(
-            filter=dict(target),
-            update=update_stages(self.field, self._extend, bindings),
-            projection=self.shape.of_entry(lock.id, with_tags=False),
-            return_after=True,
-            user_filter=user_filter,
+        command = new_command(
+            (
+                dict(target),
+                update_stages(self.field, self._extend, bindings),
+                self.shape.of_entry(lock.id, with_tags=False),
+                True,  # return_after
+                False,  # upsert
+                False,  # delete
+                user_filter,
+            )
         )
-        return ExtendPlan(self.judge, command, user_filter, lock)
+        return new_extend_plan((self.judge, command, user_filter, lock))
 
     def convert(
         self,

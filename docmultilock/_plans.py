@@ -10,15 +10,25 @@ manager's home and verdicts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, NamedTuple, cast
 
 from docmultilock._command import Command, Filter
 from docmultilock._judge import Judge
 from docmultilock._lock import Lock
 from docmultilock.errors import DbError, TooManyHolders
 
-__all__ = ["AcquirePlan", "ConvertPlan", "DeletePlan", "ExtendPlan", "ReleasePlan"]
+__all__ = [
+    "AcquirePlan",
+    "ConvertPlan",
+    "DeletePlan",
+    "ExtendPlan",
+    "ReleasePlan",
+    "new_acquire_plan",
+    "new_extend_plan",
+    "new_release_plan",
+]
 
 
 class AcquirePlan(NamedTuple):
@@ -247,3 +257,17 @@ class DeletePlan(NamedTuple):
         required our entry.
         """
         return reply is not None
+
+
+# Plans made by ``tuple.__new__`` itself, every field given in order, as
+# ``_command.new_command`` makes commands: one per operation, on the hot path.
+#: ``new_acquire_plan((judge, command, user_filter, tag, lock_id, continuing, fair, listed))``
+new_acquire_plan = cast(
+    Callable[[tuple[Any, ...]], AcquirePlan], partial(tuple.__new__, AcquirePlan)
+)
+#: ``new_release_plan((judge, command, user_filter, lock))``
+new_release_plan = cast(
+    Callable[[tuple[Any, ...]], ReleasePlan], partial(tuple.__new__, ReleasePlan)
+)
+#: ``new_extend_plan((judge, command, user_filter, lock))``
+new_extend_plan = cast(Callable[[tuple[Any, ...]], ExtendPlan], partial(tuple.__new__, ExtendPlan))

@@ -23,8 +23,9 @@ from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, NamedTuple, cast
 
 from docmultilock._acquiring import granted_of
 from docmultilock._command import encoded
@@ -93,6 +94,11 @@ class Conversion(NamedTuple):
     tags: frozenset[str]
     #: How many granted entries of the new tag are stored, when its limit asked.
     granted: int | None = None
+
+
+#: A :class:`Reply` made by ``tuple.__new__`` itself, as ``_command.new_command`` makes
+#: commands: the projected reply of every acquire, release and extend is read into one.
+_new_reply = cast(Callable[[tuple[Any, ...]], Reply], partial(tuple.__new__, Reply))
 
 
 class ReplyShape:
@@ -223,13 +229,15 @@ class ReplyShape:
         found = reply.get("r")
         if found is not None:  # our entry found by its index (a table that shares)
             tags = frozenset(found.get("t") or ())
-            return Reply(reply[DOCUMENT_ID], found.get("e"), tags, reply.get("g"))
+            return _new_reply((reply[DOCUMENT_ID], found.get("e"), tags, reply.get("g")))
         mine_list = reply.get("mine")
-        return Reply(
-            reply[DOCUMENT_ID],
-            mine_list[0] if mine_list else None,
-            frozenset(reply.get("tags") or ()),
-            reply.get("g"),
+        return _new_reply(
+            (
+                reply[DOCUMENT_ID],
+                mine_list[0] if mine_list else None,
+                frozenset(reply.get("tags") or ()),
+                reply.get("g"),
+            )
         )
 
     @staticmethod
