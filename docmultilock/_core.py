@@ -163,18 +163,11 @@ class LockCore:
             body = self._lazy_body(self._fair, tag, acquire_body, fresh=False, fair=True)
         # Only a fresh lone tag's reply goes without the tags in the way: all are its own.
         listed = continuing is not None or fair or tag not in self._lone
-        command = new_command(
-            (
-                dict(target),
-                update_stages(self.field, body, bindings),
-                self.shape.of_entry(lock_id, with_tags=listed, counted=tag),
-                True,  # return_after
-                self.home.on_demand
-                and continuing is None,  # upsert: a pending lock's document is there
-                False,  # delete
-                user_filter,
-            )
-        )
+        update = update_stages(self.field, body, bindings)
+        projection = self.shape.of_entry(lock_id, with_tags=listed, counted=tag)
+        upsert = self.home.on_demand and continuing is None  # a pending lock's document is there
+        # Fields in order: filter, update, projection, return_after, upsert, delete, user_filter.
+        command = new_command((dict(target), update, projection, True, upsert, False, user_filter))
         plan = (self.judge, command, user_filter, tag, lock_id, continuing, fair, listed)
         return new_acquire_plan(plan)
 
@@ -252,17 +245,10 @@ class LockCore:
         ``given``: the fence of the value released (``None``: any entry of the id goes).
         """
         bindings = {"id": literal(lock_id), "given": given}
-        return new_command(
-            (
-                dict(target),
-                update_stages(self.field, self._release, bindings),
-                self.shape.of_entry(lock_id, with_tags=False),
-                False,  # return_after: the entry's presence *before* the write tells the outcome
-                False,  # upsert
-                False,  # delete
-                user_filter,
-            )
-        )
+        update = update_stages(self.field, self._release, bindings)
+        projection = self.shape.of_entry(lock_id, with_tags=False)
+        # Not return_after: the entry's presence *before* the write tells the outcome.
+        return new_command((dict(target), update, projection, False, False, False, user_filter))
 
     def extend(
         self, target: Filter, *, user_filter: Filter, lock: Lock, lifetime_ms: int | None
@@ -278,17 +264,9 @@ class LockCore:
             "dttl": self.rules.lifetime_ms[lock.tag],
             "given": _given(lock),
         }
-        command = new_command(
-            (
-                dict(target),
-                update_stages(self.field, self._extend, bindings),
-                self.shape.of_entry(lock.id, with_tags=False),
-                True,  # return_after
-                False,  # upsert
-                False,  # delete
-                user_filter,
-            )
-        )
+        update = update_stages(self.field, self._extend, bindings)
+        projection = self.shape.of_entry(lock.id, with_tags=False)
+        command = new_command((dict(target), update, projection, True, False, False, user_filter))
         return new_extend_plan((self.judge, command, user_filter, lock))
 
     def convert(
