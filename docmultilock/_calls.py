@@ -1,7 +1,7 @@
 """One public call, parsed once: the value every flow is given instead of raw arguments.
 
 A public method checks its arguments once, before anything is sent
-(``_operating.Operating.acquiring`` and its siblings), into a value of its kind, and the
+(``_parsing.Parser.acquiring`` and its siblings), into a value of its kind, and the
 flows take it keyword-only:
 
 * :class:`Fresh`: the acquisition of a new lock (its tag);
@@ -154,5 +154,5 @@ class Read(NamedTuple):
     concern: int | str
 
 
-#: A call of any kind: what ``Operating.send_for`` sends a command within.
+#: A call of any kind: what ``_sending.send_for`` sends a command within.
 AnyCall: TypeAlias = Fresh | Continued | Held | Conversion | Read

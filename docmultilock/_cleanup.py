@@ -23,7 +23,8 @@ from typing import Any
 from docmultilock._calls import Acquisition
 from docmultilock._flows import Clock, Flow, Sleep, retry_pause
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import release
+from docmultilock._parts import Parts
 from docmultilock.errors import DbError, LockError, LocksLeftBehind
 
 __all__ = ["Taken", "give_back_all"]
@@ -46,7 +47,7 @@ class Taken:
 
 
 def give_back_all(
-    ops: LockOperations, taken: Sequence[Taken], refusal: BaseException, *, clock: Clock
+    parts: Parts, taken: Sequence[Taken], refusal: BaseException, *, clock: Clock
 ) -> Flow[None]:
     """Release each of ``taken``, in order, after ``refusal``; raise what is left behind.
 
@@ -66,7 +67,7 @@ def give_back_all(
         failures.append(refusal.failure)
         cause = refusal.__cause__ or refusal
     for each in taken:
-        error = yield from _give_back(ops, each, retry=retry, clock=clock)
+        error = yield from _give_back(parts, each, retry=retry, clock=clock)
         if isinstance(error, DbError):
             left.append((each.call.key, each.lock))
             failures.append(error)
@@ -86,9 +87,7 @@ def give_back_all(
     raise LocksLeftBehind.after(cause, left, failures[-1]) from cause
 
 
-def _give_back(
-    ops: LockOperations, taken: Taken, *, retry: bool, clock: Clock
-) -> Flow[LockError | None]:
+def _give_back(parts: Parts, taken: Taken, *, retry: bool, clock: Clock) -> Flow[LockError | None]:
     """Release ``taken.lock``; ``None`` once released, else the error of the last attempt.
 
     A :class:`~docmultilock.DbError` (the command failed, or ran out of time) is retried
@@ -103,7 +102,7 @@ def _give_back(
             limit = left if limit is None else min(limit, left)
         call = taken.call.held(taken.lock)._replace(limit=limit)
         try:
-            yield from ops.release(call, clock=clock)
+            yield from release(parts, call, clock=clock)
         except DbError as err:
             pause = retry_pause(attempt)
             if not retry or clock.monotonic() + pause >= taken.until:

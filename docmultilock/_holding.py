@@ -24,13 +24,15 @@ from functools import partial
 from typing import Any
 
 from docmultilock._backoff import check_backoff
-from docmultilock._calls import Acquisition
+from docmultilock._calls import Acquisition, Conversion
 from docmultilock._changes import Blockers
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Clock, Flow, Watch
 from docmultilock._held_lock import Holding, HoldSpec
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import acquire, convert, extend, release
+from docmultilock._parts import Parts
+from docmultilock._rules import TagRules
 from docmultilock._waiting import Tend, Waiter, wait_out
 from docmultilock._wording import gave_up, reworded
 from docmultilock.errors import (
@@ -42,7 +44,6 @@ from docmultilock.errors import (
     LockTimeout,
 )
 from docmultilock.options import (
-    Duration,
     HoldOptions,
     NewLockOptions,
     parse_duration,
@@ -94,8 +95,10 @@ def split_hold(
     return acquiring, {name: options[name] for name in options.keys() & _WAITING}
 
 
-def plan_hold(ops: LockOperations, call: Acquisition, holding: Mapping[str, Any]) -> HoldSpec:
+def plan_hold(rules: TagRules, call: Acquisition, holding: Mapping[str, Any]) -> HoldSpec:
     """Check the rest of ``hold()``'s options (``call``, its acquisition's, is checked).
+
+    ``rules``: the manager's table, which gives the tag's default lifetime.
 
     ``holding`` are the options of :class:`HoldOptions` that are not an acquisition's;
     one left out takes the default that class states. Raises :class:`InvalidArgument`
@@ -113,7 +116,7 @@ def plan_hold(ops: LockOperations, call: Acquisition, holding: Mapping[str, Any]
         raise InvalidArgument(f"fair must be True or False, not {fair!r}")
     lifetime_ms = call.lifetime_ms
     if lifetime_ms is None:
-        lifetime_ms = ops.options.rules.lifetime_ms[call.tag]
+        lifetime_ms = rules.lifetime_ms[call.tag]
     lifetime = lifetime_ms / 1000
     if not isinstance(keepalive, bool):
         raise InvalidArgument(f"keepalive must be True or False, not {keepalive!r}")
@@ -142,7 +145,7 @@ def plan_hold(ops: LockOperations, call: Acquisition, holding: Mapping[str, Any]
 
 
 def wait_flow(
-    ops: LockOperations, spec: HoldSpec, clock: Clock, *, tend: Tend | None = None
+    parts: Parts, spec: HoldSpec, clock: Clock, *, tend: Tend | None = None
 ) -> Flow[tuple[Lock, float]]:
     """Acquire, retrying refusals until ``spec.wait`` runs out; the lock and when it was sent.
 
@@ -161,18 +164,20 @@ def wait_flow(
     def attempt(pending: Lock | None) -> Flow[Lock]:
         # A pending entry is continued under its own id, parsed already.
         attempt = call if pending is None else call.continued(pending)
-        return ops.acquire(attempt, clock=clock, fair=spec.fair)
+        return acquire(parts, attempt, clock=clock, fair=spec.fair)
 
     def timed_out(last: LockConflict, waited: float, attempts: int) -> LockTimeout:
         return gave_up(f"for a {tag!r} lock on {spec.key!r}", last, waited, attempts)
 
     def give_up(pending: Lock, renewed: float, refusal: BaseException) -> Flow[None]:
         withdrawn = Taken(call, pending, renewed + spec.lifetime)
-        return give_back_all(ops, [withdrawn], refusal, clock=clock)
+        return give_back_all(parts, [withdrawn], refusal, clock=clock)
 
     def watching(document_id: Any, entry: str | None) -> Watch:
-        field, exclusive = ops.core.field, ops.options.rules.refuses_itself(tag)
-        return Watch(document_id, field, exclusive, _blockers(ops, tag), entry, spec.fair)
+        rules = parts.rules
+        blockers = _blockers(rules, parts.max_holders, tag)
+        exclusive = rules.refuses_itself(tag)
+        return Watch(document_id, parts.field, exclusive, blockers, entry, spec.fair)
 
     high = spec.backoff.high
     waiter = Waiter(
@@ -196,28 +201,24 @@ def _waited_out(refusal: LockConflict, pending: Lock | None) -> bool:
     return isinstance(refusal, LockNotFound) and pending is not None
 
 
-def _blockers(ops: LockOperations, tag: str) -> Blockers:
+def _blockers(rules: TagRules, max_holders: int, tag: str) -> Blockers:
     """What keeps a waiter of ``tag`` out: the table's tags, its limit, the holder cap."""
-    options = ops.options
-    most = options.max_holders if options.rules.capped(tag) else None
-    return Blockers.of_tag(options.rules, tag, most)
+    return Blockers.of_tag(rules, tag, max_holders if rules.capped(tag) else None)
 
 
 def extend_flow(
-    ops: LockOperations, holding: Holding, *, timeout: float | None, clock: Clock
+    parts: Parts, holding: Holding, *, timeout: float | None, clock: Clock
 ) -> Flow[LockError | None]:
-    """Extend once and update the estimate; the error that tells the lock is lost, if any."""
-    sent = clock.monotonic()
+    """Extend once, recorded in ``holding``; the error that tells the lock is lost, if any."""
     call = holding.spec.call.held(holding.lock)._replace(limit=timeout)
     try:
-        lock = yield from ops.extend(call, clock=clock)
+        yield from extend(parts, call, clock=clock, holding=holding)
     except LockError as err:
         return err
-    holding.renewed(sent, read=clock.monotonic(), lock=lock)
     return None
 
 
-def tend_flow(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Flow[float]:
+def tend_flow(parts: Parts, taken: Sequence[Holding], clock: Clock) -> Flow[float]:
     """Extend each of ``taken`` that is due; seconds until the next one is due.
 
     What a lock set runs while it waits for its next key, and a held lock while it waits
@@ -231,7 +232,7 @@ def tend_flow(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Fl
         spec = holding.spec
         due = holding.expires - spec.lifetime + spec.every
         if clock.monotonic() >= due:
-            error = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
+            error = yield from extend_flow(parts, holding, timeout=spec.call.limit, clock=clock)
             if error is not None:
                 raise error
             due = holding.expires - spec.lifetime + spec.every
@@ -240,25 +241,24 @@ def tend_flow(ops: LockOperations, taken: Sequence[Holding], clock: Clock) -> Fl
 
 
 def convert_flow(
-    ops: LockOperations, holding: Holding, tag: object, *, wait: Duration | None, clock: Clock
+    parts: Parts, holding: Holding, call: Conversion, *, wait: float | None, clock: Clock
 ) -> Flow[tuple[Lock, float]]:
-    """The conversion of a held lock to ``tag``, its arguments checked now (nothing is sent).
+    """The conversion of a held lock, ``call`` (parsed as ``convert()``'s), as a hold makes it.
 
     With the hold's lifetime (its estimate and schedule are made for it), backoff, timeout
     and write concern. While an upgrade waits, the locks a keep-alive would renew are
     renewed between attempts (:func:`tend_flow`): the keep-alive stands aside meanwhile.
     """
     spec = holding.spec
-    call, waiting = ops.converting(spec.key, holding.lock, tag=tag, wait=wait)
     call = call._replace(
         lifetime_ms=round(spec.lifetime * 1000), limit=spec.call.limit, concern=spec.call.concern
     )
-    tend = partial(tend_flow, ops, [holding], clock) if spec.keepalive else None
-    return ops.convert(call, clock=clock, wait=waiting, delays=spec.backoff.bounds, tend=tend)
+    tend = partial(tend_flow, parts, [holding], clock) if spec.keepalive else None
+    return convert(parts, call, clock=clock, wait=wait, delays=spec.backoff.bounds, tend=tend)
 
 
 def renew_flow(
-    ops: LockOperations, holding: Holding, *, limit: float, clock: Clock
+    parts: Parts, holding: Holding, *, limit: float, clock: Clock
 ) -> Flow[LockError | None]:
     """One keep-alive extension, within ``limit`` seconds (what is left of the estimate).
 
@@ -268,12 +268,12 @@ def renew_flow(
     spec = holding.spec
     if spec.call.limit is not None:
         limit = min(limit, spec.call.limit)
-    error = yield from extend_flow(ops, holding, timeout=limit, clock=clock)
-    return reworded(error, ops.core.home.noun, "keep alive", spec.member)
+    error = yield from extend_flow(parts, holding, timeout=limit, clock=clock)
+    return reworded(error, parts.home.noun, "keep alive", spec.member)
 
 
 def release_flow(
-    ops: LockOperations, holding: Holding, *, quiet: bool, clock: Clock
+    parts: Parts, holding: Holding, *, quiet: bool, clock: Clock
 ) -> Flow[LockError | None]:
     """Release at the end of the block; the loss found on the way, if any.
 
@@ -284,13 +284,13 @@ def release_flow(
     spec = holding.spec
     lost: LockError | None = None
     if not quiet and holding.error is None and clock.monotonic() >= holding.expires:
-        lost = yield from extend_flow(ops, holding, timeout=spec.call.limit, clock=clock)
+        lost = yield from extend_flow(parts, holding, timeout=spec.call.limit, clock=clock)
     try:
-        yield from ops.release(spec.call.held(holding.lock), clock=clock)
+        yield from release(parts, spec.call.held(holding.lock), clock=clock)
     except LockNotFound as err:
         lost = lost or err
     except LockError as err:
         if not quiet and holding.error is None and lost is None:
             raise
         log.warning("could not release lock %s on %r: %s", holding.lock.id, spec.key, err)
-    return reworded(lost, ops.core.home.noun, "end of block", spec.member)
+    return reworded(lost, parts.home.noun, "end of block", spec.member)

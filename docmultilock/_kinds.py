@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from docmultilock._command import EXCLUSIVE, SHARED, Verdicts
 from docmultilock._events import LockListener
-from docmultilock._operating import NAMED_FIELD
+from docmultilock._parts import NAMED_FIELD
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._schema import load_options
 from docmultilock.options import (

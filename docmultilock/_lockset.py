@@ -33,7 +33,9 @@ from docmultilock._holding import (
     tend_flow,
     wait_flow,
 )
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import release
+from docmultilock._parsing import Parser
+from docmultilock._parts import Parts
 from docmultilock._wording import set_member
 from docmultilock.errors import InvalidArgument, LockError
 
@@ -68,18 +70,18 @@ class LockSet:
             out[place] = value
         return out
 
-    def place_of(self, ops: LockOperations, key: object) -> int:
+    def place_of(self, parse: Parser, key: object) -> int:
         """Where ``key`` stands in the caller's sequence; refused when it is not in the set."""
-        wanted = identify(ops, key)
+        wanted = identify(parse, key)
         try:
             return self.keys.index(wanted)
         except ValueError:
             raise InvalidArgument(f"{key!r} is not one of this lock set's keys") from None
 
 
-def identify(ops: LockOperations, key: object) -> tuple[Any, ...]:
+def identify(parse: Parser, key: object) -> tuple[Any, ...]:
     """The order key of ``key``'s document: a filter's ``_id`` equality, or a name."""
-    return _identity(key, ops.key_filter(key), ops.codec_options)
+    return _identity(key, parse.key_filter(key), parse.codec_options)
 
 
 def _identity(
@@ -148,7 +150,7 @@ def at_each(keys: Sequence[Any], parse: Callable[[Any], C]) -> list[C]:
 
 
 def plan_set(
-    ops: LockOperations,
+    parse: Parser,
     keys: object,
     *,
     acquiring: Mapping[str, Any],
@@ -162,9 +164,9 @@ def plan_set(
     :raises InvalidArgument: ``keys`` is empty or not a sequence, as :func:`canonical`
         does, or for any argument, before anything is written.
     """
-    calls = at_each(key_sequence(keys), lambda key: ops.acquiring(key, **acquiring))
-    spec = plan_hold(ops, calls[0], holding or {})
-    identified, order = canonical(calls, ops.codec_options)
+    calls = at_each(key_sequence(keys), lambda key: parse.acquiring(key, **acquiring))
+    spec = plan_hold(parse.rules, calls[0], holding or {})
+    identified, order = canonical(calls, parse.codec_options)
     size = len(calls)
     return LockSet(
         ordered=tuple(
@@ -176,7 +178,7 @@ def plan_set(
     )
 
 
-def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[list[Holding]]:
+def take_all_flow(parts: Parts, locks: LockSet, clock: Clock) -> Flow[list[Holding]]:
     """Take every lock of the set in canonical order; their holdings, in that order.
 
     ``wait`` is the set's: each key waits for what is left of it. While it waits for a
@@ -190,26 +192,26 @@ def take_all_flow(ops: LockOperations, locks: LockSet, clock: Clock) -> Flow[lis
     """
     started = clock.monotonic()
     taken: list[Holding] = []
-    tend = partial(tend_flow, ops, taken, clock)
+    tend = partial(tend_flow, parts, taken, clock)
     try:
         for spec in locks.ordered:
             wait = spec.wait
             if wait is not None:
                 wait = max(0.0, wait - (clock.monotonic() - started))
             lock, sent = yield from wait_flow(
-                ops, dataclasses.replace(spec, wait=wait), clock, tend=tend
+                parts, dataclasses.replace(spec, wait=wait), clock, tend=tend
             )
             taken.append(Holding(spec, lock, sent, read=clock.monotonic()))
     except BaseException as refusal:
         # Also for a cancellation thrown in: never leave part of a set held.
         given = [Taken(h.spec.call, h.lock, h.expires) for h in reversed(taken)]
-        yield from give_back_all(ops, given, refusal, clock=clock)
+        yield from give_back_all(parts, given, refusal, clock=clock)
         raise
     return taken
 
 
 def release_all_flow(
-    ops: LockOperations, calls: Sequence[Held], *, order: Sequence[int], clock: Clock
+    parts: Parts, calls: Sequence[Held], *, order: Sequence[int], clock: Clock
 ) -> Flow[None]:
     """Release each of ``calls`` (the caller's order), in the reverse of canonical ``order``.
 
@@ -220,7 +222,7 @@ def release_all_flow(
     for place in reversed(order):
         call = calls[place]
         try:
-            yield from ops.release(call, clock=clock)
+            yield from release(parts, call, clock=clock)
         except LockError as err:
             errors[place] = err
     if errors:

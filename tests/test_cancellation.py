@@ -18,6 +18,7 @@ from pymongo.collection import Collection
 
 from docmultilock import AsyncMultiLock, MultiLock, WriteLock
 from docmultilock._flows import SYSTEM_CLOCK
+from docmultilock._lock_flows import acquire
 from docmultilock._sync.driver import MongoIO
 from docmultilock.pytest_plugin import CLIENT_OPTIONS
 from tests.flavours import Portal
@@ -103,8 +104,8 @@ def _interrupted(collection: Collection[Doc], key: Doc, applied: bool) -> None:
     """Run a WriteLock acquisition of ``key`` and interrupt it at its command, which the
     server applied (``applied``) or never got; the withdrawal it sends is performed."""
     io, clock = MongoIO(collection), SYSTEM_CLOCK
-    ops = WriteLock(collection)._ops  # the flow a manager runs, run here by hand
-    flow = ops.acquire(ops.acquiring(key), clock=clock)
+    parts = WriteLock(collection)._parts  # the flow a manager runs, run here by hand
+    flow = acquire(parts, parts.parse.acquiring(key), clock=clock)
     command = next(flow)
     if applied:
         io.perform(command, clock)

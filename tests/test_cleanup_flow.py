@@ -13,10 +13,11 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from docmultilock import CooperativeLock, DbError, LocksLeftBehind
+from docmultilock import _lock_flows as operations
 from docmultilock._cleanup import Taken, give_back_all
 from docmultilock._flows import Send, Sleep
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._parts import Parts
 from tests.test_flows import DOC, Script, entry, reply, write_ops
 
 #: The refusal a clean-up follows.
@@ -27,10 +28,10 @@ def bad_value() -> OperationFailure:
     return OperationFailure("failing", code=2)  # not transient: send raises it at once
 
 
-def taken(ops: LockOperations, script: Script, *, lifetime: float) -> Taken:
+def taken(ops: Parts, script: Script, *, lifetime: float) -> Taken:
     """The lock on ``DOC``, granted now, with ``lifetime`` seconds of its estimate left."""
-    call = ops.acquiring(DOC, tag="write")
-    lock: Lock = Script([reply(entry())]).run(ops.acquire(call, clock=script.clock))
+    call = ops.parse.acquiring(DOC, tag="write")
+    lock: Lock = Script([reply(entry())]).run(operations.acquire(ops, call, clock=script.clock))
     return Taken(call, lock, script.now + lifetime)
 
 

@@ -27,6 +27,7 @@ from docmultilock import (
     ResourceNotFound,
 )
 from docmultilock import _lock_flows as operations
+from docmultilock import _read_flows as read_flows
 from docmultilock._command import DOCUMENTS, EXCLUSIVE, NAMES, SHARED
 from docmultilock._flows import (
     CLEANUP_LIMIT,
@@ -51,7 +52,7 @@ from docmultilock._holding import (
 )
 from docmultilock._inspection import BreakPlan, InspectPlan
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._parts import Parts
 from docmultilock._rules import READ_WRITE, WRITE_ONLY
 from docmultilock._schema import load_options
 
@@ -131,14 +132,14 @@ def known_lock_id(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(operations, "new_lock_id", lambda: LOCK_ID)
 
 
-def _acquire(ops: LockOperations, key: Any, *, clock: Clock, **arguments: Any) -> Any:
+def _acquire(ops: Parts, key: Any, *, clock: Clock, **arguments: Any) -> Any:
     """The acquire flow of ``ops`` for ``key``, its call parsed as a manager parses it."""
-    return ops.acquire(ops.acquiring(key, **arguments), clock=clock)
+    return operations.acquire(ops, ops.parse.acquiring(key, **arguments), clock=clock)
 
 
-def _inspect(ops: LockOperations, key: Any, *, clock: Clock) -> Any:
+def _inspect(ops: Parts, key: Any, *, clock: Clock) -> Any:
     """The inspect flow of ``ops`` for ``key``, its call parsed as a manager parses it."""
-    return ops.inspect(ops.reading(key), clock=clock)
+    return read_flows.inspect(ops.core, ops.parse.reading(key), clock=clock)
 
 
 def entry(tag: str = "write", *, pending: bool = False, lock_id: str = LOCK_ID) -> Doc:
@@ -176,20 +177,20 @@ def _options(table: Any) -> Any:
     )
 
 
-def write_ops() -> LockOperations:
+def write_ops() -> Parts:
     options = _options(WRITE_ONLY)
-    return LockOperations(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
+    return Parts.make(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
 
 
-def rw_ops() -> LockOperations:
+def rw_ops() -> Parts:
     options = _options(READ_WRITE)
-    return LockOperations(options, home=DOCUMENTS, verdicts=SHARED, where=(CLIENT, "db.t"))
+    return Parts.make(options, home=DOCUMENTS, verdicts=SHARED, where=(CLIENT, "db.t"))
 
 
-def named_ops() -> LockOperations:
+def named_ops() -> Parts:
     options = _options(WRITE_ONLY)
     # A client of its own: the first grant then makes sure of the TTL index, once.
-    return LockOperations(options, home=NAMES, verdicts=EXCLUSIVE, where=(_Client(), "db.n"))
+    return Parts.make(options, home=NAMES, verdicts=EXCLUSIVE, where=(_Client(), "db.n"))
 
 
 def granted() -> Lock:
@@ -203,7 +204,7 @@ def cut() -> AutoReconnect:
 # -- send: the one place a command goes out ---------------------------------------------
 
 
-def _send(ops: LockOperations, script: Script, **kwargs: Any) -> Flow[Any]:
+def _send(ops: Parts, script: Script, **kwargs: Any) -> Flow[Any]:
     plan = ops.core.acquire(
         DOC, user_filter=DOC, tag="write", lock_id=LOCK_ID, lifetime_ms=None, continuing=None
     )
@@ -242,7 +243,7 @@ def test_each_send_carries_what_is_left_of_the_operation_timeout() -> None:
 def test_a_first_upsert_that_met_a_duplicate_key_is_sent_once_more() -> None:
     ops = named_ops()
     script = Script([DuplicateKeyError("E11000"), reply(entry(), doc_id="job"), None])
-    lock = script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
+    lock = script.run(operations.acquire(ops, ops.parse.acquiring("job"), clock=script.clock))
     assert lock.id == LOCK_ID
     assert script.sent() == ["send", "send", "MakeTtlIndex"]
 
@@ -251,13 +252,13 @@ def test_a_second_duplicate_key_is_an_error() -> None:
     ops = named_ops()
     script = Script([DuplicateKeyError("E11000"), DuplicateKeyError("E11000")])
     with pytest.raises(DbError):
-        script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
+        script.run(operations.acquire(ops, ops.parse.acquiring("job"), clock=script.clock))
 
 
 def test_an_upsert_answered_with_nothing_reads_the_document_again() -> None:
     ops = named_ops()
     script = Script([None, reply(entry(), doc_id="job"), None])
-    lock = script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
+    lock = script.run(operations.acquire(ops, ops.parse.acquiring("job"), clock=script.clock))
     assert lock.id == LOCK_ID
     assert script.sent() == ["send", "reread", "MakeTtlIndex"]
 
@@ -268,14 +269,18 @@ def test_an_upsert_answered_with_nothing_reads_the_document_again() -> None:
 def test_a_grant_is_recorded_in_the_ledger_with_its_server_stamped_expiry() -> None:
     ops = write_ops()
     script = Script([reply(entry())])
-    lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
+    lock = script.run(
+        operations.acquire(ops, ops.parse.acquiring(DOC, tag="write"), clock=script.clock)
+    )
     assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=10)
 
 
 def test_a_batch_renewal_moves_the_ledgers_expiry_on_by_the_time_since_the_stamp_was_read() -> None:
     ops = write_ops()
     script = Script([reply(entry())])
-    lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
+    lock = script.run(
+        operations.acquire(ops, ops.parse.acquiring(DOC, tag="write"), clock=script.clock)
+    )
     seen = script.clock.monotonic()
     ops.ledger.renewed(lock.id, sent=seen + 7.0, life=10.0)
     assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=17)
@@ -286,7 +291,9 @@ def test_a_batch_renewal_moves_the_ledgers_expiry_on_by_the_time_since_the_stamp
 def test_a_batch_sent_before_the_stamp_was_read_moves_nothing() -> None:
     ops = write_ops()
     script = Script([reply(entry())])
-    lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
+    lock = script.run(
+        operations.acquire(ops, ops.parse.acquiring(DOC, tag="write"), clock=script.clock)
+    )
     ops.ledger.renewed(lock.id, sent=script.clock.monotonic() - 1.0, life=10.0)
     assert ops.ledger.expiry(lock.id) == NOW + timedelta(seconds=10)
 
@@ -301,9 +308,11 @@ def test_a_refusal_names_the_blocking_tags() -> None:
 # -- release: the lost-reply fallback ------------------------------------------------------
 
 
-def _held(ops: LockOperations) -> Lock:
+def _held(ops: Parts) -> Lock:
     script = Script([reply(entry())])
-    lock: Lock = script.run(ops.acquire(ops.acquiring(DOC, tag="write"), clock=script.clock))
+    lock: Lock = script.run(
+        operations.acquire(ops, ops.parse.acquiring(DOC, tag="write"), clock=script.clock)
+    )
     return lock
 
 
@@ -319,7 +328,7 @@ def test_a_release_whose_reply_was_lost_is_judged_by_the_recorded_expiry(
     lock = _held(ops)
     # The first attempt removed the entry but its reply was cut; the retry finds it gone.
     script = Script([cut(), reply(), server_time])
-    flow = ops.release(ops.holding(DOC, lock, granted=False), clock=script.clock)
+    flow = operations.release(ops, ops.parse.holding(DOC, lock, granted=False), clock=script.clock)
     if released:
         script.run(flow)
     else:
@@ -334,7 +343,11 @@ def test_a_lost_reply_of_a_lock_this_manager_never_granted_is_a_loss() -> None:
     forged = Lock(LOCK_ID, "write", 1, NOW, NOW + timedelta(days=3650), 7, False)
     script = Script([cut(), reply()])
     with pytest.raises(LockWasReacquired):
-        script.run(ops.release(ops.holding(DOC, forged, granted=False), clock=script.clock))
+        script.run(
+            operations.release(
+                ops, ops.parse.holding(DOC, forged, granted=False), clock=script.clock
+            )
+        )
     assert "time" not in script.sent()
 
 
@@ -343,23 +356,27 @@ def test_a_release_that_finds_its_entry_gone_without_a_lost_reply_is_a_loss() ->
     lock = _held(ops)
     script = Script([reply()])
     with pytest.raises(LockWasReacquired):
-        script.run(ops.release(ops.holding(DOC, lock, granted=False), clock=script.clock))
+        script.run(
+            operations.release(ops, ops.parse.holding(DOC, lock, granted=False), clock=script.clock)
+        )
     assert script.sent() == ["send"]
 
 
 def test_a_named_release_deletes_first_and_falls_back_to_an_update() -> None:
     ops = named_ops()
     script = Script([reply(entry(), doc_id="job"), None])
-    lock: Lock = script.run(ops.acquire(ops.acquiring("job"), clock=script.clock))
+    lock: Lock = script.run(operations.acquire(ops, ops.parse.acquiring("job"), clock=script.clock))
     script = Script([None, reply(entry(), doc_id="job")])  # not deleted (shared): updated
-    script.run(ops.release(ops.holding("job", lock, granted=False), clock=script.clock))
+    script.run(
+        operations.release(ops, ops.parse.holding("job", lock, granted=False), clock=script.clock)
+    )
     assert script.sent() == ["delete", "send"]
 
 
 # -- hold(): waiting --------------------------------------------------------------------
 
 
-def _spec(ops: LockOperations, **kwargs: Any) -> Any:
+def _spec(ops: Parts, **kwargs: Any) -> Any:
     arguments: dict[str, Any] = {
         "tag": "write",
         "wait": None,
@@ -373,11 +390,11 @@ def _spec(ops: LockOperations, **kwargs: Any) -> Any:
         "wake": "poll",
         **kwargs,
     }
-    call = ops.acquiring(
+    call = ops.parse.acquiring(
         DOC,
         **{name: arguments.pop(name) for name in ("tag", "lock_timeout", "timeout", "w")},
     )
-    return plan_hold(ops, call, arguments)
+    return plan_hold(ops.rules, call, arguments)
 
 
 def test_wait_sleeps_within_full_jitter_between_refusals() -> None:
@@ -515,8 +532,8 @@ def test_a_withdrawal_without_an_operation_timeout_is_bounded_all_the_same() -> 
         field="lock",
         error_factory=None,
     )
-    ops = LockOperations(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
-    flow = ops.acquire(ops.acquiring(DOC), clock=Script([]).clock)
+    ops = Parts.make(options, home=DOCUMENTS, verdicts=EXCLUSIVE, where=(CLIENT, "db.t"))
+    flow = operations.acquire(ops, ops.parse.acquiring(DOC), clock=Script([]).clock)
     command = next(flow)
     assert isinstance(command, Send)
     assert command.timeout is None
@@ -605,14 +622,17 @@ def test_without_wait_a_pending_entry_is_released_and_the_refusal_raised() -> No
 def test_a_held_upgrade_waits_with_the_holds_backoff() -> None:
     ops = rw_ops()
     script = Script([reply(entry("read"))])
-    read = script.run(ops.acquire(ops.acquiring(DOC, tag="read"), clock=script.clock))
+    read = script.run(
+        operations.acquire(ops, ops.parse.acquiring(DOC, tag="read"), clock=script.clock)
+    )
     holding = Holding(
         _spec(ops, tag="read", backoff=(0.1, 0.4)), read, sent=script.now, read=script.now
     )
     pending = reply(entry("read"), entry("write", pending=True), tags=("read",))
     upgraded = {**entry("write"), "fence": 8, "call": LOCK_ID}
     script = Script([pending, pending, reply(upgraded)], now=script.now)
-    lock, _ = script.run(convert_flow(ops, holding, "write", wait=5.0, clock=script.clock))
+    call, wait = ops.parse.converting(DOC, read, tag="write", wait=5.0)
+    lock, _ = script.run(convert_flow(ops, holding, call, wait=wait, clock=script.clock))
     assert (lock.tag, lock.fence) == ("write", 8)
     assert script.draws == [(0.1, 0.2), (0.1, 0.4)]
 
@@ -621,21 +641,21 @@ def test_a_held_upgrade_waits_with_the_holds_backoff() -> None:
 
 
 @pytest.fixture
-def holding() -> tuple[LockOperations, Holding]:
+def holding() -> tuple[Parts, Holding]:
     ops = write_ops()
     lock = _held(ops)
     return ops, Holding(_spec(ops), lock, sent=100.0, read=100.0)
 
 
 def test_the_expiry_estimate_counts_from_when_the_grant_was_sent(
-    holding: tuple[LockOperations, Holding],
+    holding: tuple[Parts, Holding],
 ) -> None:
     _, held = holding
     assert held.expires == pytest.approx(110.0)
 
 
 def test_a_release_before_the_estimate_is_one_command(
-    holding: tuple[LockOperations, Holding],
+    holding: tuple[Parts, Holding],
 ) -> None:
     ops, held = holding
     script = Script([reply(entry())], now=105.0)
@@ -644,7 +664,7 @@ def test_a_release_before_the_estimate_is_one_command(
 
 
 def test_past_the_estimate_the_release_first_asks_whether_the_lock_still_lives(
-    holding: tuple[LockOperations, Holding],
+    holding: tuple[Parts, Holding],
 ) -> None:
     ops, held = holding
     # The extension finds the entry expired (not ours any more); the release prunes it.
@@ -655,7 +675,7 @@ def test_past_the_estimate_the_release_first_asks_whether_the_lock_still_lives(
 
 
 def test_a_failed_release_is_raised_unless_the_block_raised(
-    holding: tuple[LockOperations, Holding],
+    holding: tuple[Parts, Holding],
 ) -> None:
     ops, held = holding
     failure = OperationFailure("bad", code=2)

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from docmultilock._async.driver import AsyncRunner
 from docmultilock._async.keepalive import AsyncExtender, AsyncJob
@@ -23,8 +23,9 @@ from docmultilock._flavour import AsyncOnly
 from docmultilock._held_lock import Holding, HoldSpec
 from docmultilock._holding import convert_flow, release_flow, renew_flow, wait_flow
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import LockSet, take_all_flow
+from docmultilock._parsing import applied
+from docmultilock._parts import Parts
 from docmultilock._wording import held_upgrade_pending
 from docmultilock.errors import (
     AssertiveLock,
@@ -38,7 +39,10 @@ __all__ = ["AsyncHeldLock", "AsyncHeldLocks", "AsyncHold", "AsyncHoldAll"]
 
 T = TypeVar("T")
 #: What entering a hold yields: one held lock, or a held set.
-H = TypeVar("H", bound="_Held")
+H = TypeVar("H")
+
+#: How a hold's block gives back what it holds: ``release(quiet)`` (see ``_release``).
+Release = Callable[[bool], Awaitable[None]]
 
 log = logging.getLogger("docmultilock")
 
@@ -53,32 +57,22 @@ class AsyncHeldLock:
 
     def __init__(
         self,
-        ops: LockOperations,
+        parts: Parts,
         runner: AsyncRunner,
         holding: Holding,
+        job: AsyncJob,
         *,
         in_set: asyncio.Event | None = None,
     ) -> None:
-        self._ops = ops
+        self._parts = parts
+        self._parse = parts.parse
         self._run = runner
         self._holding = holding
-        spec = holding.spec
+        self._job = job
         # Its own, so that a set's other locks go on being renewed; ``in_set``, the set's, too.
         self.lost = asyncio.Event()
         holding.tell_loss_to(self.lost.set, *(() if in_set is None else (in_set.set,)))
-        # The keep-alive holds the holding weakly: a hold dropped without its exit stops
-        # being renewed. Renewed alone, or in batches with the other holds of its manager
-        # under the same write concern, one lock per document in each batch: by that
-        # group's runner.
-        group = _Group(ops, runner, spec.call.concern)
-        self._job = AsyncJob.weakly(
-            holding,
-            group,
-            lead=spec.lifetime - spec.every,
-            name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
-            batching=Batching(group, repr(holding.lock.document_id)),
-        )
-        self._keep_alive()
+        _keep_alive(holding, job)
 
     def __repr__(self) -> str:
         state = "lost" if self._holding.error is not None else "held"
@@ -109,7 +103,7 @@ class AsyncHeldLock:
 
             await orders.update_one(held.guard(), {"$set": {"status": "paid"}})
         """
-        return self._ops.guard(self._holding.spec.key, self.lock)
+        return self._parse.guard(self._holding.spec.key, self.lock)
 
     def require(self, result: T) -> T:
         """Return ``result`` of a guarded write; raise the lock's loss if it matched nothing.
@@ -122,10 +116,10 @@ class AsyncHeldLock:
 
             held.require(await orders.update_one(held.guard(), {"$set": {"paid": True}}))
         """
-        if self._ops.applied(result):
+        if applied(result):
             return result
         spec = self._holding.spec
-        error = self._ops.lost_write(spec.key, self.lock, spec.member)
+        error = self._parse.lost_write(spec.key, self.lock, spec.member)
         self._holding.lose(error)
         raise self._run.mapped(error)
 
@@ -148,7 +142,8 @@ class AsyncHeldLock:
         :raises LockNotFound: the lock was lost (``lost`` is set).
         """
         holding = self._holding
-        flow = convert_flow(self._ops, holding, tag, wait=wait, clock=self._run.clock)
+        call, waiting = self._parse.converting(holding.spec.key, holding.lock, tag=tag, wait=wait)
+        flow = convert_flow(self._parts, holding, call, wait=waiting, clock=self._run.clock)
         # No renewal of the old lock may race the conversion: it would find it gone.
         if holding.spec.keepalive:
             await AsyncExtender.current().remove(self._job)
@@ -166,31 +161,58 @@ class AsyncHeldLock:
             return holding.renewed(sent, read=self._run.clock.monotonic(), lock=lock)
         finally:
             if self._holding.error is None:
-                self._keep_alive()
+                _keep_alive(holding, self._job)
 
-    def _keep_alive(self) -> None:
-        """Have the keep-alive extend this lock from now on, if the hold asked for it."""
-        if self._holding.spec.keepalive:
-            AsyncExtender.current().add(self._job, self._holding.expires)
 
-    async def _release(self, *, quiet: bool) -> None:
-        """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
-        if self._holding.spec.keepalive:
-            await AsyncExtender.current().remove(self._job)
-        lost = await self._run.unmapped(
-            release_flow(self._ops, self._holding, quiet=quiet, clock=self._run.clock)
-        )
-        if lost is not None:
-            self._holding.lose(lost)
-        if not quiet and self._holding.error is not None:
-            raise self._holding.error
+def _keep_alive(holding: Holding, job: AsyncJob) -> None:
+    """Have the keep-alive extend ``holding``'s lock from now on, if its hold asked for it."""
+    if holding.spec.keepalive:
+        AsyncExtender.current().add(job, holding.expires)
+
+
+def _job(parts: Parts, runner: AsyncRunner, holding: Holding) -> AsyncJob:
+    """What ``holding`` registers with the keep-alive (which holds the holding weakly)."""
+    # A hold dropped without its exit stops being renewed. Renewed alone, or in batches
+    # with the other holds of its manager under the same write concern, one lock per
+    # document in each batch: by that group's runner.
+    spec = holding.spec
+    group = _Group(parts, runner, spec.call.concern)
+    return AsyncJob.weakly(
+        holding,
+        group,
+        lead=spec.lifetime - spec.every,
+        name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
+        batching=Batching(group, repr(holding.lock.document_id)),
+    )
+
+
+def _held(
+    parts: Parts, runner: AsyncRunner, holding: Holding, in_set: asyncio.Event | None = None
+) -> tuple[AsyncHeldLock, Release]:
+    """The held lock of ``holding``, kept alive if its hold asked, and how to release it."""
+    job = _job(parts, runner, holding)
+    held = AsyncHeldLock(parts, runner, holding, job, in_set=in_set)
+    return held, partial(_release, parts, runner, holding, job)
+
+
+async def _release(
+    parts: Parts, runner: AsyncRunner, holding: Holding, job: AsyncJob, quiet: bool
+) -> None:
+    """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
+    if holding.spec.keepalive:
+        await AsyncExtender.current().remove(job)
+    lost = await runner.unmapped(release_flow(parts, holding, quiet=quiet, clock=runner.clock))
+    if lost is not None:
+        holding.lose(lost)
+    if not quiet and holding.error is not None:
+        raise holding.error
 
 
 @dataclass(frozen=True)
 class _Group:
     """The holds renewed together: one manager's, under one write concern, by its runner."""
 
-    ops: LockOperations
+    parts: Parts
     run: AsyncRunner
     concern: Any
 
@@ -198,7 +220,7 @@ class _Group:
         """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
         try:
             error = await self.run.unmapped(
-                renew_flow(self.ops, holding, limit=limit, clock=self.run.clock)
+                renew_flow(self.parts, holding, limit=limit, clock=self.run.clock)
             )
         except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
             log.exception("keep-alive of lock %s failed", holding.lock.id)
@@ -212,7 +234,7 @@ class _Group:
         """Renew ``holdings`` (one per document) by one command; record each loss."""
         try:
             results, read = await self.run.unmapped(
-                renew_together(self.ops, holdings, limit=limit, clock=self.run.clock)
+                renew_together(self.parts, holdings, limit=limit, clock=self.run.clock)
             )
         except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
             log.exception("keep-alive batch of %d locks failed", len(holdings))
@@ -226,37 +248,33 @@ class _Group:
         return told, read
 
 
-class _Held(Protocol):
-    """What a hold's block holds: a lock, or a set, released when the block ends."""
-
-    async def _release(self, *, quiet: bool) -> None: ...
-
-
 class _AsyncBlock(AsyncOnly, Generic[H]):
     """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
-    ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
-    made the block, for the error that a second entry raises.
+    ``take`` takes what the block holds and keeps it alive, and says how to release it;
+    ``call`` names the call that made the block, for the error that a second entry raises.
     """
 
-    def __init__(self, runner: AsyncRunner, call: str, take: Callable[[], Awaitable[H]]) -> None:
+    def __init__(
+        self, runner: AsyncRunner, call: str, take: Callable[[], Awaitable[tuple[H, Release]]]
+    ) -> None:
         self._run = runner
         self._call = call
         self._take = take
-        self._held: H | None = None
+        self._release: Release | None = None
 
     async def __aenter__(self) -> H:
-        if self._held is not None:
+        if self._release is not None:
             raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
-        self._held = await self._take()
-        return self._held
+        held, self._release = await self._take()
+        return held
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        held = self._held
-        assert held is not None, "__aexit__ without __aenter__"
+        release = self._release
+        assert release is not None, "__aexit__ without __aenter__"
         try:
             # The body's own exception wins: the release then only logs what it finds.
-            await held._release(quiet=exc_type is not None)
+            await release(exc_type is not None)
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
@@ -264,14 +282,14 @@ class _AsyncBlock(AsyncOnly, Generic[H]):
 class AsyncHold(_AsyncBlock[AsyncHeldLock]):
     """What ``hold()`` returns: enter it with ``async with`` to hold the lock."""
 
-    def __init__(self, ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> None:
-        super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
+    def __init__(self, parts: Parts, runner: AsyncRunner, spec: HoldSpec) -> None:
+        super().__init__(runner, "hold()", partial(_hold, parts, runner, spec))
 
 
-async def _hold(ops: LockOperations, runner: AsyncRunner, spec: HoldSpec) -> AsyncHeldLock:
+async def _hold(parts: Parts, runner: AsyncRunner, spec: HoldSpec) -> tuple[AsyncHeldLock, Release]:
     """Wait for the lock of ``spec`` and keep it alive."""
-    lock, sent = await runner(wait_flow(ops, spec, runner.clock))
-    return AsyncHeldLock(ops, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
+    lock, sent = await runner(wait_flow(parts, spec, runner.clock))
+    return _held(parts, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
 
 
 class AsyncHeldLocks:
@@ -282,9 +300,9 @@ class AsyncHeldLocks:
     """
 
     def __init__(
-        self, ops: LockOperations, locks: LockSet, members: list[AsyncHeldLock], lost: asyncio.Event
+        self, parts: Parts, locks: LockSet, members: list[AsyncHeldLock], lost: asyncio.Event
     ) -> None:
-        self._ops = ops
+        self._parse = parts.parse
         self._set = locks
         self.members = members
         self.lost = lost
@@ -313,7 +331,7 @@ class AsyncHeldLocks:
 
         :raises InvalidArgument: ``key`` is not one of the set's.
         """
-        self._guarded = place = self._set.place_of(self._ops, key)
+        self._guarded = place = self._set.place_of(self._parse, key)
         return self.members[place].guard()
 
     def require(self, result: T, key: Any = None) -> T:
@@ -327,37 +345,43 @@ class AsyncHeldLocks:
 
         :raises InvalidArgument: no ``key``, and :meth:`guard` was never called.
         """
-        place = self._guarded if key is None else self._set.place_of(self._ops, key)
+        place = self._guarded if key is None else self._set.place_of(self._parse, key)
         if place < 0:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
-    async def _release(self, *, quiet: bool) -> None:
-        """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
 
-        The locks go in the reverse of the order they were taken in; the loss raised is the
-        first in the caller's order of keys.
-        """
-        errors: dict[int, LockError] = {}
-        for place in reversed(self._set.places):
-            try:
-                await self.members[place]._release(quiet=quiet)
-            except LockError as err:
-                errors[place] = err
-        if errors:
-            raise errors[min(errors)]
+async def _release_all(releases: Sequence[Release], places: Sequence[int], quiet: bool) -> None:
+    """Release every lock of a set, whatever the others answer; the first loss unless ``quiet``.
+
+    ``releases`` are in the caller's order of keys, ``places`` the order they were taken
+    in: they go in its reverse; the loss raised is the first in the caller's order.
+    """
+    errors: dict[int, LockError] = {}
+    for place in reversed(places):
+        try:
+            await releases[place](quiet)
+        except LockError as err:
+            errors[place] = err
+    if errors:
+        raise errors[min(errors)]
 
 
 class AsyncHoldAll(_AsyncBlock[AsyncHeldLocks]):
     """What ``hold_all()`` returns: enter it with ``async with`` to hold every lock of a set."""
 
-    def __init__(self, ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> None:
-        super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
+    def __init__(self, parts: Parts, runner: AsyncRunner, locks: LockSet) -> None:
+        super().__init__(runner, "hold_all()", partial(_hold_all, parts, runner, locks))
 
 
-async def _hold_all(ops: LockOperations, runner: AsyncRunner, locks: LockSet) -> AsyncHeldLocks:
+async def _hold_all(
+    parts: Parts, runner: AsyncRunner, locks: LockSet
+) -> tuple[AsyncHeldLocks, Release]:
     """Take every lock of ``locks`` and keep each alive."""
-    taken = await runner(take_all_flow(ops, locks, runner.clock))
+    taken = await runner(take_all_flow(parts, locks, runner.clock))
     lost = asyncio.Event()
-    members = [AsyncHeldLock(ops, runner, holding, in_set=lost) for holding in taken]
-    return AsyncHeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    held = [_held(parts, runner, holding, lost) for holding in taken]
+    members = locks.in_callers_order([member for member, _ in held])
+    releases = locks.in_callers_order([release for _, release in held])
+    held_set = AsyncHeldLocks(parts, locks, members, lost)
+    return held_set, partial(_release_all, releases, locks.places)

@@ -19,7 +19,7 @@ from docmultilock._async.held import AsyncHeldLock, AsyncHold, AsyncHoldAll
 from docmultilock._flavour import async_decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import acquire
 from docmultilock._lockset import (
     at_each,
     canonical,
@@ -28,6 +28,8 @@ from docmultilock._lockset import (
     release_all_flow,
     take_all_flow,
 )
+from docmultilock._parsing import Parser
+from docmultilock._parts import Parts
 from docmultilock._typing import Unpack
 from docmultilock.errors import InvalidArgument
 from docmultilock.options import AcquireOptions, Duration, HoldOptions, WaitOptions
@@ -41,7 +43,8 @@ T = TypeVar("T")
 class AsyncHolds:
     """Holding a lock for a block, or several all or nothing in one canonical order."""
 
-    _ops: LockOperations
+    _parts: Parts
+    _parse: Parser
     _run: AsyncRunner
 
     async def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
@@ -50,15 +53,16 @@ class AsyncHolds:
             acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
         else:  # a plain acquire(key): nothing to check or split
             acquiring, waiting = {}, {}
-        call = self._ops.acquiring(key, **acquiring)
+        call = self._parse.acquiring(key, **acquiring)
+        parts = self._parts
         if waiting:
-            spec = plan_hold(self._ops, call, waiting)
+            spec = plan_hold(parts.rules, call, waiting)
             if spec.wait is not None:
-                lock, _ = await self._run(wait_flow(self._ops, spec, self._run.clock))
-                return self._run.handed_out(self._ops, call, lock)
+                lock, _ = await self._run(wait_flow(parts, spec, self._run.clock))
+                return self._run.handed_out(parts, call, lock)
         # One attempt, as ever: an assertive refusal's pending entry is the caller's to continue.
-        lock = await self._run(self._ops.acquire(call, clock=self._run.clock))
-        return self._run.handed_out(self._ops, call, lock)
+        lock = await self._run(acquire(parts, call, clock=self._run.clock))
+        return self._run.handed_out(parts, call, lock)
 
     def hold(self, key: Any, **options: Unpack[HoldOptions]) -> AsyncHold:
         """Hold a lock on ``key`` for the span of an ``async with`` block; release it after.
@@ -93,8 +97,8 @@ class AsyncHolds:
         (``tag``, ``lock_timeout``, ``timeout``, ``w``) and the ones above.
         """
         acquiring, holding = split_hold(options, "hold")
-        spec = plan_hold(self._ops, self._ops.acquiring(key, **acquiring), holding)
-        return AsyncHold(self._ops, self._run, spec)
+        spec = plan_hold(self._parts.rules, self._parse.acquiring(key, **acquiring), holding)
+        return AsyncHold(self._parts, self._run, spec)
 
     @overload
     def holding(
@@ -175,8 +179,8 @@ class AsyncHolds:
         :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
         acquiring, holding = split_hold(options, "hold_all")
-        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=holding)
-        return AsyncHoldAll(self._ops, self._run, locks)
+        locks = plan_set(self._parse, keys, acquiring=acquiring, holding=holding)
+        return AsyncHoldAll(self._parts, self._run, locks)
 
     async def acquire_all(self, keys: Sequence[Any], **options: Unpack[WaitOptions]) -> list[Lock]:
         """Acquire a ``tag`` lock on every key, all or nothing; the locks in the keys' order.
@@ -196,8 +200,8 @@ class AsyncHolds:
         :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
         acquiring, waiting = split_hold(options, "acquire_all", WaitOptions)
-        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=waiting)
-        taken = await self._run(take_all_flow(self._ops, locks, self._run.clock))
+        locks = plan_set(self._parse, keys, acquiring=acquiring, holding=waiting)
+        taken = await self._run(take_all_flow(self._parts, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 
     async def release_all(
@@ -225,7 +229,7 @@ class AsyncHolds:
         given = iter(locks)
         calls = at_each(
             keys,
-            lambda key: self._ops.holding(key, next(given), granted=False, timeout=timeout, w=w),
+            lambda key: self._parse.holding(key, next(given), granted=False, timeout=timeout, w=w),
         )
-        _, order = canonical(calls, self._ops.codec_options)
-        await self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))
+        _, order = canonical(calls, self._parse.codec_options)
+        await self._run(release_all_flow(self._parts, calls, order=order, clock=self._run.clock))

@@ -13,8 +13,8 @@ Modules: ``_floor`` (the floor), ``_bed`` (clients and twin collections), ``_mea
 and ``_worker`` (4, 5, 8), ``_capacity`` (9: keep-alive capacity), ``_flavours`` (10:
 async beside sync), ``_handoff`` (11 to 13: waiting), ``_report`` (rows, table, JSON, live
 line), ``_run`` (which measurement gives which scenario, one server each). Worker processes
-run in ``docmultilock._workers``, the harness the demo uses too; ``_shape`` reaches a
-manager's core through ``docmultilock._introspection``.
+run in ``docmultilock._workers``, the harness the demo uses too; ``_shape`` makes each
+manager's core as the manager does (``_parts.Parts``).
 """
 
 from docmultilock._bench._report import Progress, Report, Row, render_json, render_table

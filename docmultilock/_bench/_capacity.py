@@ -35,7 +35,7 @@ from docmultilock._bench._bed import Context, KeepAlive, Outcome, bed, connect
 from docmultilock._bench._measure import ratio
 from docmultilock._bench._report import Bound, Row
 from docmultilock._expr import SERVER_NOW
-from docmultilock._operating import NAMED_FIELD
+from docmultilock._parts import NAMED_FIELD
 from docmultilock._sync.held import HeldLock, Hold
 from docmultilock._sync.keepalive import Extender
 from docmultilock.errors import LockError

@@ -27,12 +27,13 @@ import bson
 from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient
 
-from docmultilock import Lock, MultiLock, NamedLocks, WriteLock
+from docmultilock import Lock
 from docmultilock._bench import _floor
 from docmultilock._bench._report import Bound, Row
-from docmultilock._command import Command
+from docmultilock._command import DOCUMENTS, NAMES, Command, Home
 from docmultilock._core import LockCore
-from docmultilock._introspection import lock_core
+from docmultilock._kinds import MULTI_LOCK, NAMED_LOCKS, WRITE_LOCK, ManagerKind, manager_setup
+from docmultilock._parts import Parts
 
 __all__ = ["NODES_PER_WRITE_CYCLE", "Shape", "array_operators", "cycle", "nodes", "rows", "shapes"]
 
@@ -173,11 +174,20 @@ def _client() -> MongoClient[Doc]:
     return MongoClient("mongodb://127.0.0.1:1/?directConnection=true", connect=False)
 
 
+def _core(kind: ManagerKind, home: Home, collection: Any) -> LockCore:
+    """The core of a ``kind`` manager with its default options, made as the manager makes it."""
+    setup = manager_setup(kind, {}, "bench")
+    parts = Parts.on(
+        collection, setup.options, home=home, verdicts=setup.verdicts, listener=setup.listener
+    )
+    return parts.core
+
+
 #: The locks measured, each as (name, tag, how to make its core, the key of a call).
 _LOCKS: list[tuple[str, str, Callable[[MongoClient[Doc]], LockCore], Doc]] = [
-    ("WriteLock", "write", lambda c: lock_core(WriteLock(c.db.locks)), {"_id": 0}),
-    ("MultiLock", "read", lambda c: lock_core(MultiLock(c.db.locks)), {"_id": 0}),
-    ("NamedLocks", "write", lambda c: lock_core(NamedLocks(c.db, "named")), {"_id": "job"}),
+    ("WriteLock", "write", lambda c: _core(WRITE_LOCK, DOCUMENTS, c.db.locks), {"_id": 0}),
+    ("MultiLock", "read", lambda c: _core(MULTI_LOCK, DOCUMENTS, c.db.locks), {"_id": 0}),
+    ("NamedLocks", "write", lambda c: _core(NAMED_LOCKS, NAMES, c.db.named), {"_id": "job"}),
 ]
 
 

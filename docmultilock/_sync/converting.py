@@ -2,8 +2,8 @@
 # Edit the async source and run `python tools/unasync.py`.
 """``convert()``, shared by every sync lock manager: a thin shell over the conversion flow.
 
-The decision is the server's (``_converting``); the flow (``_lock_flows.LockOperations.convert``)
-sends one command per attempt. Here only the arguments are parsed and the flow run.
+The decision is the server's (``_converting``); the flow (``_lock_flows.convert``) sends one
+command per attempt. Here only the arguments are parsed and the flow run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any
 
 from docmultilock._backoff import check_backoff
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import convert
+from docmultilock._parsing import Parser
+from docmultilock._parts import Parts
 from docmultilock._sync.driver import Runner
 from docmultilock.options import Duration
 
@@ -20,9 +22,10 @@ __all__ = ["Converting"]
 
 
 class Converting:
-    """The ``convert()`` of a lock manager (its ``_ops`` and ``_run`` are the manager's)."""
+    """The ``convert()`` of a lock manager (``_parts``, ``_parse`` and ``_run``: the manager's)."""
 
-    _ops: LockOperations
+    _parts: Parts
+    _parse: Parser
     _run: Runner
 
     def convert(
@@ -71,10 +74,10 @@ class Converting:
         :raises TooManyHolders: the upgrade would take an entry beyond ``max_holders``.
         :raises LockTimeout: ``wait`` ran out; ``lock`` is still held.
         """
-        call, waiting = self._ops.converting(
+        call, waiting = self._parse.converting(
             key, lock, tag=tag, wait=wait, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
         delays = check_backoff(backoff).bounds
-        flow = self._ops.convert(call, clock=self._run.clock, wait=waiting, delays=delays)
+        flow = convert(self._parts, call, clock=self._run.clock, wait=waiting, delays=delays)
         lock, _ = self._run(flow)
-        return self._run.handed_out(self._ops, call, lock)
+        return self._run.handed_out(self._parts, call, lock)

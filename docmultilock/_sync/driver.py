@@ -39,7 +39,8 @@ from docmultilock._flows import (
     Watch,
 )
 from docmultilock._lock import Lock, as_utc
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import release
+from docmultilock._parts import Parts
 from docmultilock._settle import Settle
 from docmultilock._sync.wakeup import Watchers
 from docmultilock.errors import LockError
@@ -209,14 +210,14 @@ class Runner:
         """Run ``flow``, its errors as they are (for the keep-alive and ``hold()``'s exits)."""
         return self(flow, mapped=False)
 
-    def handed_out(self, ops: LockOperations, call: Acquisition | Conversion, lock: Lock) -> Lock:
+    def handed_out(self, parts: Parts, call: Acquisition | Conversion, lock: Lock) -> Lock:
         """``lock``, granted by ``call``, as a public method hands it out.
 
         Entered by mistake (``with locks.acquire(...)``), it releases itself before it
         raises the ``TypeError`` (``_flavour.NotAHold``): the caller never received it.
         """
         return unclaimed(
-            lock, lambda given: self.unmapped(ops.release(call.held(given), clock=self.clock))
+            lock, lambda given: self.unmapped(release(parts, call.held(given), clock=self.clock))
         )
 
     def mapped(self, err: LockError) -> BaseException:

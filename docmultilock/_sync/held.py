@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from docmultilock._batch_renewal import renew_together
 from docmultilock._batch_rules import AGAIN, Batching, Outcome
@@ -23,8 +23,9 @@ from docmultilock._flavour import SyncOnly
 from docmultilock._held_lock import Holding, HoldSpec
 from docmultilock._holding import convert_flow, release_flow, renew_flow, wait_flow
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
 from docmultilock._lockset import LockSet, take_all_flow
+from docmultilock._parsing import applied
+from docmultilock._parts import Parts
 from docmultilock._sync.driver import Runner
 from docmultilock._sync.keepalive import Extender, Job
 from docmultilock._wording import held_upgrade_pending
@@ -40,7 +41,10 @@ __all__ = ["HeldLock", "HeldLocks", "Hold", "HoldAll"]
 
 T = TypeVar("T")
 #: What entering a hold yields: one held lock, or a held set.
-H = TypeVar("H", bound="_Held")
+H = TypeVar("H")
+
+#: How a hold's block gives back what it holds: ``release(quiet)`` (see ``_release``).
+Release = Callable[[bool], None]
 
 log = logging.getLogger("docmultilock")
 
@@ -55,32 +59,22 @@ class HeldLock:
 
     def __init__(
         self,
-        ops: LockOperations,
+        parts: Parts,
         runner: Runner,
         holding: Holding,
+        job: Job,
         *,
         in_set: threading.Event | None = None,
     ) -> None:
-        self._ops = ops
+        self._parts = parts
+        self._parse = parts.parse
         self._run = runner
         self._holding = holding
-        spec = holding.spec
+        self._job = job
         # Its own, so that a set's other locks go on being renewed; ``in_set``, the set's, too.
         self.lost = threading.Event()
         holding.tell_loss_to(self.lost.set, *(() if in_set is None else (in_set.set,)))
-        # The keep-alive holds the holding weakly: a hold dropped without its exit stops
-        # being renewed. Renewed alone, or in batches with the other holds of its manager
-        # under the same write concern, one lock per document in each batch: by that
-        # group's runner.
-        group = _Group(ops, runner, spec.call.concern)
-        self._job = Job.weakly(
-            holding,
-            group,
-            lead=spec.lifetime - spec.every,
-            name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
-            batching=Batching(group, repr(holding.lock.document_id)),
-        )
-        self._keep_alive()
+        _keep_alive(holding, job)
 
     def __repr__(self) -> str:
         state = "lost" if self._holding.error is not None else "held"
@@ -111,7 +105,7 @@ class HeldLock:
 
             orders.update_one(held.guard(), {"$set": {"status": "paid"}})
         """
-        return self._ops.guard(self._holding.spec.key, self.lock)
+        return self._parse.guard(self._holding.spec.key, self.lock)
 
     def require(self, result: T) -> T:
         """Return ``result`` of a guarded write; raise the lock's loss if it matched nothing.
@@ -124,10 +118,10 @@ class HeldLock:
 
             held.require(orders.update_one(held.guard(), {"$set": {"paid": True}}))
         """
-        if self._ops.applied(result):
+        if applied(result):
             return result
         spec = self._holding.spec
-        error = self._ops.lost_write(spec.key, self.lock, spec.member)
+        error = self._parse.lost_write(spec.key, self.lock, spec.member)
         self._holding.lose(error)
         raise self._run.mapped(error)
 
@@ -150,7 +144,8 @@ class HeldLock:
         :raises LockNotFound: the lock was lost (``lost`` is set).
         """
         holding = self._holding
-        flow = convert_flow(self._ops, holding, tag, wait=wait, clock=self._run.clock)
+        call, waiting = self._parse.converting(holding.spec.key, holding.lock, tag=tag, wait=wait)
+        flow = convert_flow(self._parts, holding, call, wait=waiting, clock=self._run.clock)
         # No renewal of the old lock may race the conversion: it would find it gone.
         if holding.spec.keepalive:
             Extender.current().remove(self._job)
@@ -168,31 +163,56 @@ class HeldLock:
             return holding.renewed(sent, read=self._run.clock.monotonic(), lock=lock)
         finally:
             if self._holding.error is None:
-                self._keep_alive()
+                _keep_alive(holding, self._job)
 
-    def _keep_alive(self) -> None:
-        """Have the keep-alive extend this lock from now on, if the hold asked for it."""
-        if self._holding.spec.keepalive:
-            Extender.current().add(self._job, self._holding.expires)
 
-    def _release(self, *, quiet: bool) -> None:
-        """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
-        if self._holding.spec.keepalive:
-            Extender.current().remove(self._job)
-        lost = self._run.unmapped(
-            release_flow(self._ops, self._holding, quiet=quiet, clock=self._run.clock)
-        )
-        if lost is not None:
-            self._holding.lose(lost)
-        if not quiet and self._holding.error is not None:
-            raise self._holding.error
+def _keep_alive(holding: Holding, job: Job) -> None:
+    """Have the keep-alive extend ``holding``'s lock from now on, if its hold asked for it."""
+    if holding.spec.keepalive:
+        Extender.current().add(job, holding.expires)
+
+
+def _job(parts: Parts, runner: Runner, holding: Holding) -> Job:
+    """What ``holding`` registers with the keep-alive (which holds the holding weakly)."""
+    # A hold dropped without its exit stops being renewed. Renewed alone, or in batches
+    # with the other holds of its manager under the same write concern, one lock per
+    # document in each batch: by that group's runner.
+    spec = holding.spec
+    group = _Group(parts, runner, spec.call.concern)
+    return Job.weakly(
+        holding,
+        group,
+        lead=spec.lifetime - spec.every,
+        name=f"lock {holding.lock.id} ({holding.lock.tag!r}) on {spec.key!r}",
+        batching=Batching(group, repr(holding.lock.document_id)),
+    )
+
+
+def _held(
+    parts: Parts, runner: Runner, holding: Holding, in_set: threading.Event | None = None
+) -> tuple[HeldLock, Release]:
+    """The held lock of ``holding``, kept alive if its hold asked, and how to release it."""
+    job = _job(parts, runner, holding)
+    held = HeldLock(parts, runner, holding, job, in_set=in_set)
+    return held, partial(_release, parts, runner, holding, job)
+
+
+def _release(parts: Parts, runner: Runner, holding: Holding, job: Job, quiet: bool) -> None:
+    """Stop the keep-alive, then release; raise the loss unless ``quiet``."""
+    if holding.spec.keepalive:
+        Extender.current().remove(job)
+    lost = runner.unmapped(release_flow(parts, holding, quiet=quiet, clock=runner.clock))
+    if lost is not None:
+        holding.lose(lost)
+    if not quiet and holding.error is not None:
+        raise holding.error
 
 
 @dataclass(frozen=True)
 class _Group:
     """The holds renewed together: one manager's, under one write concern, by its runner."""
 
-    ops: LockOperations
+    parts: Parts
     run: Runner
     concern: Any
 
@@ -200,7 +220,7 @@ class _Group:
         """One keep-alive extension within ``limit`` s; the new estimate, or None if lost."""
         try:
             error = self.run.unmapped(
-                renew_flow(self.ops, holding, limit=limit, clock=self.run.clock)
+                renew_flow(self.parts, holding, limit=limit, clock=self.run.clock)
             )
         except Exception as exc:  # not a LockError: a bug; the lock can no longer be trusted
             log.exception("keep-alive of lock %s failed", holding.lock.id)
@@ -214,7 +234,7 @@ class _Group:
         """Renew ``holdings`` (one per document) by one command; record each loss."""
         try:
             results, read = self.run.unmapped(
-                renew_together(self.ops, holdings, limit=limit, clock=self.run.clock)
+                renew_together(self.parts, holdings, limit=limit, clock=self.run.clock)
             )
         except Exception:  # the flow turns errors into outcomes: a bug, nothing is known
             log.exception("keep-alive batch of %d locks failed", len(holdings))
@@ -228,37 +248,31 @@ class _Group:
         return told, read
 
 
-class _Held(Protocol):
-    """What a hold's block holds: a lock, or a set, released when the block ends."""
-
-    def _release(self, *, quiet: bool) -> None: ...
-
-
 class _Block(SyncOnly, Generic[H]):
     """What ``hold()`` and ``hold_all()`` share: entered once, left by releasing.
 
-    ``take`` takes what the block holds and keeps it alive; ``call`` names the call that
-    made the block, for the error that a second entry raises.
+    ``take`` takes what the block holds and keeps it alive, and says how to release it;
+    ``call`` names the call that made the block, for the error that a second entry raises.
     """
 
-    def __init__(self, runner: Runner, call: str, take: Callable[[], H]) -> None:
+    def __init__(self, runner: Runner, call: str, take: Callable[[], tuple[H, Release]]) -> None:
         self._run = runner
         self._call = call
         self._take = take
-        self._held: H | None = None
+        self._release: Release | None = None
 
     def __enter__(self) -> H:
-        if self._held is not None:
+        if self._release is not None:
             raise RuntimeError(f"this {self._call} was entered already; call {self._call} again")
-        self._held = self._take()
-        return self._held
+        held, self._release = self._take()
+        return held
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        held = self._held
-        assert held is not None, "__exit__ without __enter__"
+        release = self._release
+        assert release is not None, "__exit__ without __enter__"
         try:
             # The body's own exception wins: the release then only logs what it finds.
-            held._release(quiet=exc_type is not None)
+            release(exc_type is not None)
         except LockError as err:
             raise self._run.mapped(err)  # noqa: B904 - mapped() sets __cause__ itself
 
@@ -266,14 +280,14 @@ class _Block(SyncOnly, Generic[H]):
 class Hold(_Block[HeldLock]):
     """What ``hold()`` returns: enter it with ``with`` to hold the lock."""
 
-    def __init__(self, ops: LockOperations, runner: Runner, spec: HoldSpec) -> None:
-        super().__init__(runner, "hold()", partial(_hold, ops, runner, spec))
+    def __init__(self, parts: Parts, runner: Runner, spec: HoldSpec) -> None:
+        super().__init__(runner, "hold()", partial(_hold, parts, runner, spec))
 
 
-def _hold(ops: LockOperations, runner: Runner, spec: HoldSpec) -> HeldLock:
+def _hold(parts: Parts, runner: Runner, spec: HoldSpec) -> tuple[HeldLock, Release]:
     """Wait for the lock of ``spec`` and keep it alive."""
-    lock, sent = runner(wait_flow(ops, spec, runner.clock))
-    return HeldLock(ops, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
+    lock, sent = runner(wait_flow(parts, spec, runner.clock))
+    return _held(parts, runner, Holding(spec, lock, sent, read=runner.clock.monotonic()))
 
 
 class HeldLocks:
@@ -284,9 +298,9 @@ class HeldLocks:
     """
 
     def __init__(
-        self, ops: LockOperations, locks: LockSet, members: list[HeldLock], lost: threading.Event
+        self, parts: Parts, locks: LockSet, members: list[HeldLock], lost: threading.Event
     ) -> None:
-        self._ops = ops
+        self._parse = parts.parse
         self._set = locks
         self.members = members
         self.lost = lost
@@ -315,7 +329,7 @@ class HeldLocks:
 
         :raises InvalidArgument: ``key`` is not one of the set's.
         """
-        self._guarded = place = self._set.place_of(self._ops, key)
+        self._guarded = place = self._set.place_of(self._parse, key)
         return self.members[place].guard()
 
     def require(self, result: T, key: Any = None) -> T:
@@ -329,37 +343,41 @@ class HeldLocks:
 
         :raises InvalidArgument: no ``key``, and :meth:`guard` was never called.
         """
-        place = self._guarded if key is None else self._set.place_of(self._ops, key)
+        place = self._guarded if key is None else self._set.place_of(self._parse, key)
         if place < 0:
             raise InvalidArgument("require() needs key=: guard() of this set was never called")
         return self.members[place].require(result)
 
-    def _release(self, *, quiet: bool) -> None:
-        """Release every lock, whatever the others answer; raise the first loss unless ``quiet``.
 
-        The locks go in the reverse of the order they were taken in; the loss raised is the
-        first in the caller's order of keys.
-        """
-        errors: dict[int, LockError] = {}
-        for place in reversed(self._set.places):
-            try:
-                self.members[place]._release(quiet=quiet)
-            except LockError as err:
-                errors[place] = err
-        if errors:
-            raise errors[min(errors)]
+def _release_all(releases: Sequence[Release], places: Sequence[int], quiet: bool) -> None:
+    """Release every lock of a set, whatever the others answer; the first loss unless ``quiet``.
+
+    ``releases`` are in the caller's order of keys, ``places`` the order they were taken
+    in: they go in its reverse; the loss raised is the first in the caller's order.
+    """
+    errors: dict[int, LockError] = {}
+    for place in reversed(places):
+        try:
+            releases[place](quiet)
+        except LockError as err:
+            errors[place] = err
+    if errors:
+        raise errors[min(errors)]
 
 
 class HoldAll(_Block[HeldLocks]):
     """What ``hold_all()`` returns: enter it with ``with`` to hold every lock of a set."""
 
-    def __init__(self, ops: LockOperations, runner: Runner, locks: LockSet) -> None:
-        super().__init__(runner, "hold_all()", partial(_hold_all, ops, runner, locks))
+    def __init__(self, parts: Parts, runner: Runner, locks: LockSet) -> None:
+        super().__init__(runner, "hold_all()", partial(_hold_all, parts, runner, locks))
 
 
-def _hold_all(ops: LockOperations, runner: Runner, locks: LockSet) -> HeldLocks:
+def _hold_all(parts: Parts, runner: Runner, locks: LockSet) -> tuple[HeldLocks, Release]:
     """Take every lock of ``locks`` and keep each alive."""
-    taken = runner(take_all_flow(ops, locks, runner.clock))
+    taken = runner(take_all_flow(parts, locks, runner.clock))
     lost = threading.Event()
-    members = [HeldLock(ops, runner, holding, in_set=lost) for holding in taken]
-    return HeldLocks(ops, locks, locks.in_callers_order(members), lost)
+    held = [_held(parts, runner, holding, lost) for holding in taken]
+    members = locks.in_callers_order([member for member, _ in held])
+    releases = locks.in_callers_order([release for _, release in held])
+    held_set = HeldLocks(parts, locks, members, lost)
+    return held_set, partial(_release_all, releases, locks.places)

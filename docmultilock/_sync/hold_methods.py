@@ -19,7 +19,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 from docmultilock._flavour import decorates
 from docmultilock._holding import plan_hold, split_hold, wait_flow
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import acquire
 from docmultilock._lockset import (
     at_each,
     canonical,
@@ -28,6 +28,8 @@ from docmultilock._lockset import (
     release_all_flow,
     take_all_flow,
 )
+from docmultilock._parsing import Parser
+from docmultilock._parts import Parts
 from docmultilock._sync.driver import Runner
 from docmultilock._sync.held import HeldLock, Hold, HoldAll
 from docmultilock._typing import Unpack
@@ -43,7 +45,8 @@ T = TypeVar("T")
 class Holds:
     """Holding a lock for a block, or several all or nothing in one canonical order."""
 
-    _ops: LockOperations
+    _parts: Parts
+    _parse: Parser
     _run: Runner
 
     def _acquire(self, key: Any, options: AcquireOptions) -> Lock:
@@ -52,15 +55,16 @@ class Holds:
             acquiring, waiting = split_hold(options, "acquire", AcquireOptions)
         else:  # a plain acquire(key): nothing to check or split
             acquiring, waiting = {}, {}
-        call = self._ops.acquiring(key, **acquiring)
+        call = self._parse.acquiring(key, **acquiring)
+        parts = self._parts
         if waiting:
-            spec = plan_hold(self._ops, call, waiting)
+            spec = plan_hold(parts.rules, call, waiting)
             if spec.wait is not None:
-                lock, _ = self._run(wait_flow(self._ops, spec, self._run.clock))
-                return self._run.handed_out(self._ops, call, lock)
+                lock, _ = self._run(wait_flow(parts, spec, self._run.clock))
+                return self._run.handed_out(parts, call, lock)
         # One attempt, as ever: an assertive refusal's pending entry is the caller's to continue.
-        lock = self._run(self._ops.acquire(call, clock=self._run.clock))
-        return self._run.handed_out(self._ops, call, lock)
+        lock = self._run(acquire(parts, call, clock=self._run.clock))
+        return self._run.handed_out(parts, call, lock)
 
     def hold(self, key: Any, **options: Unpack[HoldOptions]) -> Hold:
         """Hold a lock on ``key`` for the span of a ``with`` block; release it after.
@@ -95,8 +99,8 @@ class Holds:
         (``tag``, ``lock_timeout``, ``timeout``, ``w``) and the ones above.
         """
         acquiring, holding = split_hold(options, "hold")
-        spec = plan_hold(self._ops, self._ops.acquiring(key, **acquiring), holding)
-        return Hold(self._ops, self._run, spec)
+        spec = plan_hold(self._parts.rules, self._parse.acquiring(key, **acquiring), holding)
+        return Hold(self._parts, self._run, spec)
 
     @overload
     def holding(
@@ -175,8 +179,8 @@ class Holds:
         :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
         acquiring, holding = split_hold(options, "hold_all")
-        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=holding)
-        return HoldAll(self._ops, self._run, locks)
+        locks = plan_set(self._parse, keys, acquiring=acquiring, holding=holding)
+        return HoldAll(self._parts, self._run, locks)
 
     def acquire_all(self, keys: Sequence[Any], **options: Unpack[WaitOptions]) -> list[Lock]:
         """Acquire a ``tag`` lock on every key, all or nothing; the locks in the keys' order.
@@ -196,8 +200,8 @@ class Holds:
         :raises LockTimeout: ``wait`` ran out (nothing of the set is left held).
         """
         acquiring, waiting = split_hold(options, "acquire_all", WaitOptions)
-        locks = plan_set(self._ops, keys, acquiring=acquiring, holding=waiting)
-        taken = self._run(take_all_flow(self._ops, locks, self._run.clock))
+        locks = plan_set(self._parse, keys, acquiring=acquiring, holding=waiting)
+        taken = self._run(take_all_flow(self._parts, locks, self._run.clock))
         return locks.in_callers_order([holding.lock for holding in taken])
 
     def release_all(
@@ -225,7 +229,7 @@ class Holds:
         given = iter(locks)
         calls = at_each(
             keys,
-            lambda key: self._ops.holding(key, next(given), granted=False, timeout=timeout, w=w),
+            lambda key: self._parse.holding(key, next(given), granted=False, timeout=timeout, w=w),
         )
-        _, order = canonical(calls, self._ops.codec_options)
-        self._run(release_all_flow(self._ops, calls, order=order, clock=self._run.clock))
+        _, order = canonical(calls, self._parse.codec_options)
+        self._run(release_all_flow(self._parts, calls, order=order, clock=self._run.clock))

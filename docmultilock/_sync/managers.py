@@ -2,9 +2,10 @@
 # Edit the async source and run `python tools/unasync.py`.
 """The sync lock managers on documents: thin shells that run the core's flows.
 
-Each public method parses its arguments once into a call (``_calls.Call``, checked by
-``_operating``), builds its flow (``_lock_flows``), and has the manager's runner
-(``driver.Runner``) run it and map its errors; no decision is made here.
+Each public method parses its arguments once into a call of its kind (``_calls``, checked
+by ``_parsing``), builds its flow (``_lock_flows``, ``_read_flows``) over the manager's
+parts (``_parts``), and has the manager's runner (``driver.Runner``) run it and map
+its errors; no decision is made here.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from docmultilock._flavour import own_methods
 from docmultilock._flows import SYSTEM_CLOCK, Clock
 from docmultilock._kinds import MULTI_LOCK, WRITE_LOCK, ManagerKind, manager_setup
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
-from docmultilock._operating import describe
+from docmultilock._lock_flows import extend, release
+from docmultilock._parts import Parts, describe
+from docmultilock._read_flows import break_lock, inspect, locked, preview_break
 from docmultilock._snapshot import HolderSnapshot, LockSnapshot
 from docmultilock._sync.converting import Converting
 from docmultilock._sync.driver import MongoIO, Runner
@@ -46,11 +48,12 @@ T = TypeVar("T")
 class LockManager(Converting, Holds):
     """What every sync lock manager shares: its runner, reads, ``hold()``, ``convert()``, sets."""
 
-    def __init__(self, collection: Collection[Any], ops: LockOperations) -> None:
+    def __init__(self, collection: Collection[Any], parts: Parts) -> None:
         self.collection = collection
-        self.options: LockOptions = ops.options
-        self._ops = ops
-        self._run = Runner(MongoIO(collection), SYSTEM_CLOCK, ops.options.error_factory)
+        self._parts = parts
+        self._parse = parse = parts.parse
+        self.options: LockOptions = parse.options
+        self._run = Runner(MongoIO(collection), SYSTEM_CLOCK, parse.options.error_factory)
 
     @property
     def _clock(self) -> Clock:
@@ -77,8 +80,8 @@ class LockManager(Converting, Holds):
             an empty snapshot instead).
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
-        call = self._ops.reading(key, timeout=timeout)
-        return self._run(self._ops.inspect(call, clock=self._run.clock))
+        call = self._parse.reading(key, timeout=timeout)
+        return self._run(inspect(self._parts.core, call, clock=self._run.clock))
 
     def locked(self, key: Any, tag: str | None = None, *, timeout: Duration | None = None) -> bool:
         """True when a granted, unexpired entry (of ``tag``, if given) holds ``key`` now.
@@ -88,8 +91,8 @@ class LockManager(Converting, Holds):
         :raises InvalidArgument: ``tag`` is not one this manager declares (a typo must not
             read as "not locked").
         """
-        call = self._ops.reading(key, tag=tag, timeout=timeout)
-        return self._run(self._ops.locked(call, clock=self._run.clock))
+        call = self._parse.reading(key, tag=tag, timeout=timeout)
+        return self._run(locked(self._parts.core, call, clock=self._run.clock))
 
     def preview_break(
         self, key: Any, **options: Unpack[PreviewOptions]
@@ -105,9 +108,9 @@ class LockManager(Converting, Holds):
         :raises ResourceNotFound: no document matches the filter.
         """
         take_keywords(options, PreviewOptions, "preview_break")
-        call, mode, entry = self._ops.breaking(key, **options)
+        call, mode, entry = self._parse.breaking(key, **options)
         return self._run(
-            self._ops.preview_break(call, mode=mode, lock_id=entry, clock=self._run.clock)
+            preview_break(self._parts.core, call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
 
     def break_lock(self, key: Any, **options: Unpack[BreakOptions]) -> tuple[HolderSnapshot, ...]:
@@ -129,9 +132,9 @@ class LockManager(Converting, Holds):
         :raises IncompatibleLockField: the field holds data docmultilock does not own.
         """
         take_keywords(options, BreakOptions, "break_lock")
-        call, mode, entry = self._ops.breaking(key, **options)
+        call, mode, entry = self._parse.breaking(key, **options)
         return self._run(
-            self._ops.break_lock(call, mode=mode, lock_id=entry, clock=self._run.clock)
+            break_lock(self._parts, call, mode=mode, lock_id=entry, clock=self._run.clock)
         )
 
 
@@ -148,14 +151,14 @@ class _DocumentLocks(LockManager):
     ) -> None:
         setup = manager_setup(kind, options, type(self).__name__)
         check_flavour(collection, Collection, "collection", type(self).__name__)
-        ops = LockOperations.on(
+        parts = Parts.on(
             collection,
             setup.options,
             home=DOCUMENTS,
             verdicts=setup.verdicts,
             listener=setup.listener,
         )
-        super().__init__(collection, ops)
+        super().__init__(collection, parts)
 
     def acquire(
         self,
@@ -199,8 +202,8 @@ class _DocumentLocks(LockManager):
             for a write lock).
         :raises ResourceNotFound: the document no longer matches ``filter``.
         """
-        call = self._ops.holding(filter, lock, granted=False, timeout=timeout, w=w)
-        self._run(self._ops.release(call, clock=self._run.clock))
+        call = self._parse.holding(filter, lock, granted=False, timeout=timeout, w=w)
+        self._run(release(self._parts, call, clock=self._run.clock))
 
     def extend(
         self,
@@ -221,10 +224,10 @@ class _DocumentLocks(LockManager):
             (:class:`~docmultilock.LockWasReacquired` for a write lock); an expired lock
             cannot be revived.
         """
-        call = self._ops.holding(
+        call = self._parse.holding(
             filter, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.extend(call, clock=self._run.clock))
+        return self._run(extend(self._parts, call, clock=self._run.clock))
 
     def guard(self, filter: Mapping[str, Any], lock: Lock) -> dict[str, Any]:  # noqa: A002
         """Return a filter that matches the document only while ``lock`` is still held.
@@ -234,7 +237,7 @@ class _DocumentLocks(LockManager):
 
             orders.update_one(locks.guard({"_id": 1}, lock), {"$set": {"total": 10}})
         """
-        return self._ops.guard(filter, lock)
+        return self._parse.guard(filter, lock)
 
 
 class MultiLock(_DocumentLocks):

@@ -20,7 +20,8 @@ from docmultilock._args import check_collection_name, check_flavour
 from docmultilock._command import NAMES
 from docmultilock._kinds import NAMED_LOCKS, manager_setup
 from docmultilock._lock import Lock
-from docmultilock._lock_flows import LockOperations
+from docmultilock._lock_flows import extend, release
+from docmultilock._parts import Parts, ensure_indexes
 from docmultilock._sync.managers import LockManager
 from docmultilock._typing import Unpack
 from docmultilock.options import AcquireOptions, Duration, NamedLocksOptions
@@ -61,10 +62,10 @@ class NamedLocks(LockManager):
         check_flavour(database, Database, "database", type(self).__name__)
         setup = manager_setup(NAMED_LOCKS, options, type(self).__name__)
         locks = database[check_collection_name(collection)]
-        ops = LockOperations.on(
+        parts = Parts.on(
             locks, setup.options, home=NAMES, verdicts=setup.verdicts, listener=setup.listener
         )
-        super().__init__(locks, ops)
+        super().__init__(locks, parts)
 
     def acquire(self, name: str, **options: Unpack[AcquireOptions]) -> Lock:
         """Acquire a ``tag`` lock on ``name``, creating its lock document in the same command.
@@ -97,8 +98,8 @@ class NamedLocks(LockManager):
         :raises LockNotFound: the lock is gone (:class:`~docmultilock.LockWasReacquired`
             with the default table).
         """
-        call = self._ops.holding(name, lock, granted=False, timeout=timeout, w=w)
-        self._run(self._ops.release(call, clock=self._run.clock))
+        call = self._parse.holding(name, lock, granted=False, timeout=timeout, w=w)
+        self._run(release(self._parts, call, clock=self._run.clock))
 
     def extend(
         self,
@@ -115,10 +116,10 @@ class NamedLocks(LockManager):
             release raises this), expired, or broken
             (:class:`~docmultilock.LockWasReacquired` with the default table).
         """
-        call = self._ops.holding(
+        call = self._parse.holding(
             name, lock, granted=True, lock_timeout=lock_timeout, timeout=timeout, w=w
         )
-        return self._run(self._ops.extend(call, clock=self._run.clock))
+        return self._run(extend(self._parts, call, clock=self._run.clock))
 
     def guard(self, name: str, lock: Lock) -> dict[str, Any]:
         """A filter matching ``name``'s lock document only while ``lock`` is still held.
@@ -127,7 +128,7 @@ class NamedLocks(LockManager):
         step of a transaction; the lock's ``fence`` serves where the protected data lives
         elsewhere.
         """
-        return self._ops.guard(name, lock)
+        return self._parse.guard(name, lock)
 
     def ensure_indexes(self, *, timeout: Duration | None = None) -> None:
         """Create the TTL index that removes lock documents nobody holds (idempotent).
@@ -135,4 +136,4 @@ class NamedLocks(LockManager):
         Acquire creates it lazily, once per process and collection, right after its first
         success; call this at deployment time to have it up front.
         """
-        self._run(self._ops.ensure_indexes(limit=self._ops.limit(timeout)))
+        self._run(ensure_indexes(self._parts.where, limit=self._parse.limit(timeout)))
