@@ -271,7 +271,9 @@ def _retry_or_raise(
     ):
         raise translate(exc, doing, filter) from exc
     if on_retry is None:
-        log.debug("%s: retrying after %r", doing, exc)
+        # Nobody listens: the retry is still logged, as its event would be (``_events``).
+        shown = "-" if filter is None else dict(filter)
+        log.debug("retry %s on %r: %s (retrying after %r)", doing, shown, type(exc).__name__, exc)
     else:
         on_retry(exc)  # logs it too
     return pause

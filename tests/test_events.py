@@ -200,6 +200,29 @@ def test_every_decision_is_logged_at_debug_and_nothing_above(
     assert messages[2].startswith(f"released read {reader.id}")
 
 
+def test_a_retry_is_logged_at_debug_without_a_listener(
+    make_lock: MakeLock,
+    uri: str,
+    collection: Collection[Doc],
+    doc: Doc,
+    fail_point: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plain: MongoClient[Doc] = MongoClient(uri, retryWrites=False, **CLIENT_OPTIONS)
+    try:
+        there = plain[collection.database.name][collection.name]
+        rw: MultiLock = make_lock(MultiLock, there)
+        fail_point(errorCode=91)  # shutting down: transient
+        with caplog.at_level(logging.DEBUG, "docmultilock"):
+            rw.acquire(doc, tag="write")
+    finally:
+        plain.close()
+
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[0].startswith("retry acquire on {'_id': 1}: NotPrimaryError")
+    assert messages[1].startswith("granted write ")
+
+
 class AsyncByMistake(LockListener):
     async def on_granted(self, event: LockEvent) -> None:  # type: ignore[override]
         raise AssertionError("never run")
