@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
-from datetime import timezone
 from typing import Any, NoReturn
 
 from docmultilock._command import Filter, Home, Verdicts
@@ -100,20 +99,12 @@ class Judge:
 
     def to_lock(self, entry: Mapping[str, Any], document_id: Any) -> Lock:
         """Turn our stored entry into a :class:`Lock`."""
-        acquired, expires = entry["acquired"], entry["expires"]
-        if acquired.tzinfo is None and expires.tzinfo is None:  # pymongo's default: naive UTC
-            acquired, expires = (
-                acquired.replace(tzinfo=timezone.utc),
-                expires.replace(tzinfo=timezone.utc),
-            )
-        else:
-            acquired, expires = as_utc(acquired), as_utc(expires)
         return Lock(
             id=entry["id"],
             tag=entry["tag"],
             document_id=document_id,
-            acquired_at=acquired,
-            expires_at=expires,
+            acquired_at=as_utc(entry["acquired"]),
+            expires_at=as_utc(entry["expires"]),
             fence=int(entry["fence"]),
             pending=bool(entry["pending"]),
         )

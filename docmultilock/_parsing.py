@@ -126,16 +126,11 @@ class Parser:
         self, lived: str, options: CallOptions
     ) -> tuple[int | None, float | None, int | str]:
         """A write's lifetime (of tag ``lived``, if overridden), limit and write concern."""
-        # Spelled out rather than through ``limit``/``concern``: two calls less per command.
-        lock_timeout, timeout, w = (
-            options.get("lock_timeout"),
-            options.get("timeout"),
-            options.get("w"),
-        )
+        lock_timeout = options.get("lock_timeout")
         return (
             None if lock_timeout is None else self.lifetime_ms(lived, lock_timeout),
-            self.options.timeout if timeout is None else parse_duration(timeout, "timeout"),
-            self.options.w if w is None else parse_write_concern(w),
+            self.limit(options.get("timeout")),
+            self.concern(options.get("w")),
         )
 
     def reading(self, key: object, *, tag: object = None, timeout: Duration | None = None) -> Read:

@@ -132,10 +132,8 @@ class _HeldPlan(NamedTuple):
         state = self.judge.shape.read(reply, self.lock.id)
         if state.mine is None:
             raise self.judge.lost(self.lock, self.user_filter, doing)
-        # A spent value's command left the field as it was (``_pipeline.spent``); an entry
-        # under the value's own fence is never spent (checked here: a call less).
-        if state.mine["fence"] != self.lock.fence:
-            self.judge.spent(self.lock, state.mine, self.user_filter, doing)
+        # A spent value's command left the field as it was (``_pipeline.spent``).
+        self.judge.spent(self.lock, state.mine, self.user_filter, doing)
         return state.mine, state.document_id
 
 
